@@ -1,0 +1,58 @@
+"""The `minirl` console script: a thin, lazy dispatcher.
+
+Each subcommand lives in its own module and is imported only when called, so that
+`analyze`, `export`, `import`, `dashboard` and `prometheus-rules` never load torch and
+start in well under a second. A subcommand is a function `main(argv) -> int`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+# name -> (module, one-line help). Modules outside `trainer` must not import torch.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("trainer.demo", "short live training run plus the dashboard"),
+    "train": ("trainer.train", "run training from a YAML config"),
+    "dashboard": ("dashboard.serve", "serve the Streamlit dashboard over a folder of runs"),
+    "analyze": ("monitor.analyze_cli", "post-hoc analysis of a run (collapse onset, precursors)"),
+    "export": ("monitor.export_cli", "every recorded scalar as step,name,value rows"),
+    "import": ("monitor.import_cli", "import a foreign log (JSONL, CSV, TensorBoard) as a run"),
+    "prometheus-rules": ("monitor.rules_cli", "print the Prometheus alert rules (YAML)"),
+    "build-model": ("trainer.models.build_cli", "build a tiny local checkpoint + tokenizer"),
+    "bench": ("trainer.bench_cli", "benchmarks and the stability lab"),
+}
+
+
+def _usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = ["usage: minirl COMMAND [ARGS...]", "", "commands:"]
+    lines += [f"  {name.ljust(width)}  {help_}" for name, (_, help_) in COMMANDS.items()]
+    lines += ["", "Run `minirl COMMAND --help` for the options of one command."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"minirl: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    from monitor.errors import UserError
+
+    try:
+        module = importlib.import_module(COMMANDS[name][0])
+        return int(module.main(rest) or 0)
+    except UserError as err:
+        print(f"minirl {name}: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print(f"minirl {name}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

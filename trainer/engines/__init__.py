@@ -1,0 +1,1 @@
+"""Inference and training engines: separate objects with separate numerics."""
