@@ -1,0 +1,89 @@
+"""CSV (or TSV) logs with a header row.
+
+Accepted shapes:
+- wide: a step column (the first present of STEP_COLUMNS) plus one column per metric — a
+  W&B history export (`_step`), a pandas dump of a trainer's log. W&B's chart export
+  ("Step", "<run> - <metric>", "<run> - <metric>__MIN"/"__MAX") works too: the __MIN/__MAX
+  envelope columns are dropped and a "<run> - " prefix shared by all columns is removed.
+- long: exactly `step,name,value` — what `minirl export --format csv` writes.
+
+Empty cells are missing values, not garbage. A row is garbage when its step is not a
+non-negative integer or its field count differs from the header's.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from monitor.importers import Parsed, as_step, as_value
+from monitor.importers.jsonl import STEP_KEYS
+
+STEP_COLUMNS = (*STEP_KEYS, "iteration")
+_ENVELOPE = ("__MIN", "__MAX")
+
+
+def _shared_run_prefix(columns: list[str]) -> str:
+    """'<run> - ' if every metric column starts with the same one (W&B chart export)."""
+    prefixes = {c.split(" - ", 1)[0] for c in columns if " - " in c}
+    if len(prefixes) == 1 and all(" - " in c for c in columns):
+        return prefixes.pop() + " - "
+    return ""
+
+
+def parse_csv(path: Path) -> Parsed:
+    """Read a CSV/TSV log; see the module docstring for the accepted shapes."""
+    parsed = Parsed(unit="row")
+    with path.open(newline="", encoding="utf-8", errors="replace") as handle:
+        sample = handle.read(8192)
+        handle.seek(0)
+        delimiter = "\t" if sample.count("\t") > sample.count(",") else ","
+        reader = csv.reader(handle, delimiter=delimiter)
+        header = next(reader, None)
+        if not header:
+            return parsed
+        header = [h.strip() for h in header]
+        step_col = next((c for c in STEP_COLUMNS if c in header), None)
+        if step_col is None:
+            parsed.bad("header", f"no step column (looked for {', '.join(STEP_COLUMNS)})")
+            for _ in reader:  # every row is unreadable without a step
+                parsed.units += 1
+                parsed.garbage += 1
+            return parsed
+        step_idx = header.index(step_col)
+        long = sorted(header) == sorted([step_col, "name", "value"])
+        metrics = [
+            (i, name)
+            for i, name in enumerate(header)
+            if i != step_idx and not name.startswith("_") and not name.endswith(_ENVELOPE)
+        ]
+        prefix = _shared_run_prefix([name for _, name in metrics])
+        metrics = [(i, name[len(prefix) :]) for i, name in metrics]
+        for lineno, row in enumerate(reader, start=2):
+            if not row or all(not cell.strip() for cell in row):
+                continue
+            parsed.units += 1
+            if len(row) != len(header):
+                parsed.bad(f"row {lineno}", f"{len(row)} fields, header has {len(header)}")
+                continue
+            step = as_step(row[step_idx])
+            if step is None:
+                parsed.bad(f"row {lineno}", f"{step_col}={row[step_idx]!r} is not a step")
+                continue
+            if long:
+                value = as_value(row[header.index("value")])
+                if value is None:
+                    parsed.bad(f"row {lineno}", "value is not a number")
+                else:
+                    parsed.add(step, row[header.index("name")], value)
+                continue
+            for i, name in metrics:
+                cell = row[i]
+                if not cell.strip():
+                    continue
+                value = as_value(cell)
+                if value is None:
+                    parsed.non_numeric += 1
+                else:
+                    parsed.add(step, name, value)
+    return parsed

@@ -1,0 +1,94 @@
+"""JSON Lines logs: one JSON object per line, one step per object.
+
+Accepted shapes (each line decides for itself):
+- wide: `{"_step": 3, "actor/entropy": 0.41, ...}` — a W&B history export, or any logger
+  that writes one flat dict per step. The step is the first present of STEP_KEYS.
+- nested: `{"step": 3, "data": {...}}` — verl's file logger; members of `data` or
+  `metrics` are merged without a prefix, other nested objects are flattened with '/'.
+- long: `{"step": 3, "name": "x", "value": 1.0}` — what `minirl export --format jsonl`
+  writes, so an export re-imports as itself.
+A whole-file JSON object with a `log_history` list (Hugging Face's trainer_state.json,
+written by TRL next to every checkpoint) is read as if each entry were a line.
+
+Not read: W&B's `_runtime`, `_timestamp` and other underscore bookkeeping keys.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from monitor.importers import Parsed, as_step, as_value
+
+# In order of preference: W&B's own step, then the trainers' step keys.
+STEP_KEYS = ("_step", "step", "global_step", "train/global_step", "trainer/global_step", "Step")
+_MERGED = ("data", "metrics")
+
+
+def _flatten(obj: dict, prefix: str, out: dict) -> None:
+    for key, value in obj.items():
+        if isinstance(value, dict):
+            inner = "" if (not prefix and key in _MERGED) else f"{prefix}{key}/"
+            _flatten(value, inner, out)
+        else:
+            out[f"{prefix}{key}"] = value
+
+
+def _read_object(obj: object, where: str, parsed: Parsed) -> None:
+    if not isinstance(obj, dict):
+        parsed.bad(where, f"a JSON {type(obj).__name__}, not an object")
+        return
+    flat: dict = {}
+    _flatten(obj, "", flat)
+    step_key = next((k for k in STEP_KEYS if k in flat), None)
+    if step_key is None:
+        parsed.bad(where, f"no step (looked for {', '.join(STEP_KEYS)})")
+        return
+    step = as_step(flat.pop(step_key))
+    if step is None:
+        parsed.bad(where, f"{step_key} is not a non-negative integer")
+        return
+    if set(flat) >= {"name", "value"} and isinstance(flat["name"], str):  # long format
+        value = as_value(flat["value"])
+        if value is None:
+            parsed.bad(where, "value is not a number")
+        else:
+            parsed.add(step, flat["name"], value)
+        return
+    for key, raw in flat.items():
+        if key.startswith("_") or key in STEP_KEYS:
+            continue
+        value = as_value(raw)
+        if value is None:
+            parsed.non_numeric += 1
+        else:
+            parsed.add(step, key, value)
+
+
+def parse_jsonl(path: Path) -> Parsed:
+    """Read a JSONL log (or a trainer_state.json); see the module docstring for shapes."""
+    parsed = Parsed(unit="line")
+    text = path.read_text(encoding="utf-8", errors="replace")
+    stripped = text.lstrip()
+    if stripped.startswith("{") and "\n{" not in stripped:  # maybe one whole JSON document
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError:
+            doc = None
+        if isinstance(doc, dict) and isinstance(doc.get("log_history"), list):
+            parsed.unit = "log_history entry"
+            for i, entry in enumerate(doc["log_history"]):
+                parsed.units += 1
+                _read_object(entry, f"log_history[{i}]", parsed)
+            return parsed
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        parsed.units += 1
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as err:
+            parsed.bad(f"line {lineno}", f"not JSON ({err.msg})")
+            continue
+        _read_object(obj, f"line {lineno}", parsed)
+    return parsed

@@ -1,0 +1,130 @@
+"""Peer trainers' metric names mapped onto ours (DESIGN.md, "one canonical name per metric").
+
+A name is mapped only where the peer measures the same quantity as our canonical metric,
+or one close enough to sit on the same chart; where it differs (estimator, aggregation,
+truncation) the comment says how. Names not listed here are kept as they are: an
+imported run loses nothing, it only gains comparability. Each block cites the source file
+the names were read from (public repositories, read through the project's search tool).
+
+This module deliberately does not rescale or transform values: a mapping is a rename.
+"""
+
+from __future__ import annotations
+
+# verl (volcengine/verl) -------------------------------------------------------------------
+# verl/trainer/ppo/rollout_corr_helper.py, compute_offpolicy_metrics(): log_ratio =
+# old_log_prob − rollout_log_prob = ℓ_t, metrics prefixed "rollout_corr/".
+_VERL = {
+    # kl = mean(rollout_lp − old_lp) = mean(−ℓ): KL(μ_old‖π_old), k1 — the paper's metric.
+    "rollout_corr/kl": "mismatch/kl_k1",
+    # k3_kl = mean(exp(ℓ) − ℓ − 1), same estimator as ours.
+    "rollout_corr/k3_kl": "mismatch/kl_k3",
+    # chi2_token = E[ρ²] − 1; chi2_seq = E[(Π ρ_t)²] − 1 (verl clamps log ρ at ±20).
+    "rollout_corr/chi2_token": "mismatch/chi2_token",
+    "rollout_corr/chi2_seq": "mismatch/chi2_seq",
+    # ESS of the (truncated, when rollout_is is on) weights, 1 / E[(w/E[w])²], as a fraction.
+    "rollout_corr/rollout_is_eff_sample_size": "mismatch/ess",
+    # verl/utils/debug/metrics.py, calculate_debug_metrics(): Pearson correlation of the token
+    # probabilities, rollout vs actor (old) — our prob_corr.
+    "training/rollout_actor_probs_pearson_corr": "mismatch/prob_corr",
+    # verl/workers/actor/dp_actor.py + verl/trainer/ppo/core_algos.py (vanilla policy loss):
+    # entropy of π_θ on response tokens.
+    "actor/entropy": "policy/entropy",
+    # pg_clipfrac: share of tokens where the clipped term wins, i.e. (Â>0, r>1+ε) or (Â<0,
+    # r<1−ε) — our M_t = 0 share. (Some newer verl loss modes count |r−1|>ε regardless of
+    # the sign of Â: an upper bound on ours.)
+    "actor/pg_clipfrac": "staleness/mask_frac",
+    # ppo_kl = mean(log π_old − log π_θ): k1 of KL(π_old‖π_θ). Ours is k3, so it gets a k1 name.
+    "actor/ppo_kl": "staleness/kl_k1",
+    "actor/grad_norm": "optim/grad_norm",
+    "actor/pg_loss": "optim/loss",
+    "actor/lr": "optim/lr",
+    # verl/trainer/ppo/metric_utils.py, compute_data_metrics(): sequence score = verifier reward.
+    "critic/score/mean": "reward/mean",
+    "response_length/mean": "response/len_mean",
+    "response_length/max": "response/len_max",
+    # clip_ratio = share of responses that hit the max response length.
+    "response_length/clip_ratio": "response/trunc_frac",
+    # compute_timing_metrics() / compute_throughout_metrics()
+    "timing_s/step": "perf/step_s",
+    "timing_s/gen": "perf/rollout_s",
+    "timing_s/update_actor": "perf/train_s",
+    "perf/time_per_step": "perf/step_s",
+}
+
+# TRL (huggingface/trl) --------------------------------------------------------------------
+# trl/trainer/grpo_trainer.py, self._metrics[...] keys (also seen verbatim in the
+# `log_history` of trainer_state.json files published with GRPO checkpoints).
+_TRL = {
+    # importance_sampling_ratio = exp(old_per_token_logps − sampling_per_token_logps) = ρ_t,
+    # logged AFTER the TIS cap (vllm_importance_sampling_mode "token_truncate", the
+    # default) or the mask (*_mask modes zero the ratios above the cap): max ≤ cap.
+    "sampling/importance_sampling_ratio/min": "mismatch/ratio_min",
+    "sampling/importance_sampling_ratio/mean": "mismatch/ratio_mean",
+    "sampling/importance_sampling_ratio/max": "mismatch/ratio_max",
+    # sampling_logp_difference = |old − sampling| per token: mean and max of |ℓ_t|. No
+    # canonical name of ours; shared with slime's train_rollout_logprob_abs_diff below.
+    "sampling/sampling_logp_difference/mean": "mismatch/logprob_abs_diff",
+    "sampling/sampling_logp_difference/max": "mismatch/logprob_abs_diff_max",
+    # clip_ratio/region_mean: tokens with (r < 1−ε_low and Â < 0) or (r > 1+ε_high and Â > 0)
+    # — exactly our M_t = 0 share.
+    "clip_ratio/region_mean": "staleness/mask_frac",
+    "entropy": "policy/entropy",
+    "reward": "reward/mean",
+    # frac_reward_zero_std: share of groups whose rewards are all equal (zero advantage).
+    "frac_reward_zero_std": "reward/zero_adv_group_frac",
+    "completions/mean_length": "response/len_mean",
+    "completions/max_length": "response/len_max",
+    # clipped_ratio: share of completions that hit max_completion_length.
+    "completions/clipped_ratio": "response/trunc_frac",
+    "grad_norm": "optim/grad_norm",
+    "loss": "optim/loss",
+    "learning_rate": "optim/lr",
+    # Not mapped: "reward_std" is the mean over groups of the within-group std, not the
+    # batch std; "kl" is the KL to the reference model, which MiniRL does not use.
+}
+
+# slime (THUDM/slime) ----------------------------------------------------------------------
+# slime/backends/megatron_utils/loss.py, policy_loss_function(): reported_loss keys, logged
+# with the "train/" prefix by the actor.
+_SLIME = {
+    # sum_of_sample_mean(|old_log_probs − rollout_log_probs|): per-response mean of |ℓ_t|,
+    # then mean over responses. TRL's sampling_logp_difference/mean is the token mean.
+    "train/train_rollout_logprob_abs_diff": "mismatch/logprob_abs_diff",
+    # entropy_loss = sum_of_sample_mean(entropy): the entropy itself, not a loss term.
+    "train/entropy_loss": "policy/entropy",
+    "train/pg_clipfrac": "staleness/mask_frac",
+    # ppo_kl = old_log_probs − log_probs, k1 (as verl's).
+    "train/ppo_kl": "staleness/kl_k1",
+    "train/grad_norm": "optim/grad_norm",
+    "train/loss": "optim/loss",
+    "rollout/raw_reward": "reward/mean",
+    "rollout/truncated_ratio": "response/trunc_frac",
+}
+
+# prime-rl (PrimeIntellect-ai/prime-rl) ----------------------------------------------------
+# src/prime_rl/trainer/rl/loss.py, compute_loss(): token_mismatch_kl = exp(ℓ) − ℓ − 1 with
+# ℓ = trainer − inference logprobs (k3), averaged per sequence, logged as
+# "mismatch_kl/mean" (older versions: "mismatch_kl"). In prime-rl's async mode the trainer
+# may be ahead of the inference policy, so staleness is folded in.
+_PRIME_RL = {
+    "mismatch_kl": "mismatch/kl_k3",
+    "mismatch_kl/mean": "mismatch/kl_k3",
+    "entropy/mean": "policy/entropy",
+    # "optim/grad_norm" and "optim/lr" are already our names.
+}
+
+PEER_NAMES: dict[str, str] = {**_VERL, **_TRL, **_SLIME, **_PRIME_RL}
+
+# Hugging Face's Trainer (which TRL uses) prefixes every logged key with "train/" in W&B and
+# TensorBoard (transformers/integrations/integration_utils.py, rewrite_logs()).
+_HF_PREFIX = "train/"
+
+
+def canonical_name(name: str) -> str:
+    """Our name for a peer's metric name, or the name unchanged if it is not a known peer's."""
+    if name in PEER_NAMES:
+        return PEER_NAMES[name]
+    if name.startswith(_HF_PREFIX) and name[len(_HF_PREFIX) :] in _TRL:
+        return _TRL[name[len(_HF_PREFIX) :]]
+    return name

@@ -1,0 +1,47 @@
+"""`minirl prometheus-rules`: print the alert rules (YAML) for Prometheus.
+
+The levels are the detectors' defaults, or those of a monitor config file (the `monitor`
+section of a run config, or a bare MonitorConfig mapping) given with `--config`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from monitor.errors import UserError
+
+
+def _load_config(path: Path):  # -> MonitorConfig
+    import yaml
+
+    from monitor.config import MonitorConfig
+
+    if not path.is_file():
+        raise UserError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise UserError(f"{path} is not valid YAML: {err}") from err
+    if isinstance(data, dict) and isinstance(data.get("monitor"), dict):
+        data = data["monitor"]
+    return MonitorConfig.from_dict(data)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="minirl prometheus-rules",
+        description="Print Prometheus alert rules equivalent to the monitor's threshold detectors.",
+    )
+    parser.add_argument("--config", type=Path, help="YAML with a `monitor:` section (or bare)")
+    parser.add_argument("--out", type=Path, help="write to this file instead of stdout")
+    args = parser.parse_args(argv)
+
+    from monitor.rules import rules_yaml
+
+    text = rules_yaml(_load_config(args.config) if args.config else None)
+    if args.out:
+        args.out.write_text(text)
+    else:
+        print(text, end="")
+    return 0
