@@ -1,0 +1,171 @@
+"""The remediation action kinds: names, parameters, validation, effect on the controls.
+
+The single source of truth for what an action may say: the remediation policy, the
+dashboard (which writes requests into the store) and the trainer (which applies them at
+a step boundary) all go through `validate`. An action is data; this module does not
+decide when to act (remediation.py) nor how the trainer applies it (trainer/).
+
+Kinds and parameters (`?` = optional):
+
+| kind | params |
+|---|---|
+| set_is_correction | enabled: bool, cap?: float > 1 (token TIS on/off) |
+| set_is_policy | policy: one of IS_POLICIES, cap?: float > 1, band?: [lo < 1 < hi] |
+| set_clip | enabled: bool, eps_low?: 0 < float < 1, eps_high?: float > 0 |
+| set_routing_replay | mode: none|R2|R3 |
+| set_mini_batches | n: int ≥ 1 |
+| set_length_norm | enabled: bool |
+| scale_lr | factor: 0 < float ≤ 10 |
+| rollback | step?: int ≥ 0 (absent: the last healthy checkpoint) |
+| stop | (none) |
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from monitor.errors import UserError
+
+IS_POLICIES = ("none", "token_tis", "seq_tis", "token_mis", "seq_mis", "icepop")
+ROUTING_MODES = ("none", "R2", "R3")
+MAX_LR_FACTOR = 10.0
+
+
+def _bool(kind: str, key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise UserError(f"action {kind}: {key} must be true or false, got {value!r}")
+    return value
+
+
+def _float(kind: str, key: str, value: Any, ok: Callable[[float], bool], allowed: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise UserError(f"action {kind}: {key} must be a number {allowed}, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value) or not ok(value):
+        raise UserError(f"action {kind}: {key} must be {allowed}, got {value!r}")
+    return value
+
+
+def _int(kind: str, key: str, value: Any, lo: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UserError(f"action {kind}: {key} must be an integer ≥ {lo}, got {value!r}")
+    if value < lo:
+        raise UserError(f"action {kind}: {key} must be an integer ≥ {lo}, got {value!r}")
+    return value
+
+
+def _choice(kind: str, key: str, value: Any, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise UserError(f"action {kind}: {key} must be one of {', '.join(allowed)}, got {value!r}")
+    return value
+
+
+def _cap(kind: str, value: Any) -> float:
+    return _float(kind, "cap", value, lambda v: v > 1.0, "> 1")
+
+
+def _band(kind: str, value: Any) -> list[float]:
+    if not isinstance(value, list | tuple) or len(value) != 2:
+        raise UserError(f"action {kind}: band must be [lo, hi], got {value!r}")
+    lo = _float(kind, "band[0]", value[0], lambda v: 0.0 < v < 1.0, "in (0, 1)")
+    hi = _float(kind, "band[1]", value[1], lambda v: v > 1.0, "> 1")
+    return [lo, hi]
+
+
+# kind -> (required keys, optional keys); each key's check is in _check
+_SPECS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "set_is_correction": (("enabled",), ("cap",)),
+    "set_is_policy": (("policy",), ("cap", "band")),
+    "set_clip": (("enabled",), ("eps_low", "eps_high")),
+    "set_routing_replay": (("mode",), ()),
+    "set_mini_batches": (("n",), ()),
+    "set_length_norm": (("enabled",), ()),
+    "scale_lr": (("factor",), ()),
+    "rollback": ((), ("step",)),
+    "stop": ((), ()),
+}
+KINDS: tuple[str, ...] = tuple(_SPECS)
+
+
+def _check(kind: str, key: str, value: Any) -> Any:
+    if key == "enabled":
+        return _bool(kind, key, value)
+    if key == "cap":
+        return _cap(kind, value)
+    if key == "band":
+        return _band(kind, value)
+    if key == "policy":
+        return _choice(kind, key, value, IS_POLICIES)
+    if key == "mode":
+        return _choice(kind, key, value, ROUTING_MODES)
+    if key == "eps_low":
+        return _float(kind, key, value, lambda v: 0.0 < v < 1.0, "in (0, 1)")
+    if key == "eps_high":
+        return _float(kind, key, value, lambda v: v > 0.0, "> 0")
+    if key == "n":
+        return _int(kind, key, value, 1)
+    if key == "step":
+        return _int(kind, key, value, 0)
+    if key == "factor":
+        return _float(kind, key, value, lambda v: 0.0 < v <= MAX_LR_FACTOR, "in (0, 10]")
+    raise AssertionError(key)  # unreachable: keys come from _SPECS
+
+
+def validate(kind: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Return the normalised params of a `kind` action, or raise UserError saying why not.
+
+    Unknown kinds, unknown or missing keys and out-of-range values are errors; nothing is
+    clamped. Numbers come back as float (int for `n` and `step`), bands as [lo, hi].
+    """
+    if kind not in _SPECS:
+        raise UserError(f"unknown action kind {kind!r}; allowed: {', '.join(KINDS)}")
+    params = dict(params or {})
+    required, optional = _SPECS[kind]
+    unknown = sorted(set(params) - set(required) - set(optional))
+    if unknown:
+        allowed = ", ".join(required + optional) or "none"
+        raise UserError(f"action {kind}: unknown param(s) {', '.join(unknown)}; allowed: {allowed}")
+    missing = [key for key in required if key not in params]
+    if missing:
+        raise UserError(f"action {kind}: missing param(s) {', '.join(missing)}")
+    out = {key: _check(kind, key, value) for key, value in params.items()}
+    if kind == "set_is_policy" and out["policy"] == "none" and ({"cap", "band"} & set(out)):
+        raise UserError("action set_is_policy: policy none takes no cap or band")
+    return out
+
+
+def apply_to_controls(controls: Mapping[str, Any], kind: str, params: Mapping[str, Any]) -> dict:
+    """The run's control knobs after an applied action (a new dict; the input is kept).
+
+    Keys follow `Monitor(controls=...)`: is_policy, is_cap, is_band, clip, eps_low,
+    eps_high, routing_replay, mini_batches, length_norm, lr. rollback and stop change
+    no knob. A knob the run did not report is simply set.
+    """
+    params = validate(kind, params)
+    out = dict(controls)
+    if kind == "set_is_correction":
+        out["is_policy"] = "token_tis" if params["enabled"] else "none"
+        if "cap" in params:
+            out["is_cap"] = params["cap"]
+    elif kind == "set_is_policy":
+        out["is_policy"] = params["policy"]
+        if "cap" in params:
+            out["is_cap"] = params["cap"]
+        if "band" in params:
+            out["is_band"] = list(params["band"])
+    elif kind == "set_clip":
+        out["clip"] = params["enabled"]
+        for key in ("eps_low", "eps_high"):
+            if key in params:
+                out[key] = params[key]
+    elif kind == "set_routing_replay":
+        out["routing_replay"] = params["mode"]
+    elif kind == "set_mini_batches":
+        out["mini_batches"] = params["n"]
+    elif kind == "set_length_norm":
+        out["length_norm"] = params["enabled"]
+    elif kind == "scale_lr" and out.get("lr") is not None:
+        out["lr"] = float(out["lr"]) * params["factor"]
+    return out

@@ -1,0 +1,88 @@
+"""The detector protocol and the small pieces of state the detectors share.
+
+A detector reads one step's scalars and returns what changed: new alerts (`AlertDraft`)
+and alerts that are over (`Cleared`). It keeps its own baseline; it never touches the
+store, the clock or other detectors. `Gate` is the open/cleared/cooldown bookkeeping
+(hysteresis) that every detector would otherwise repeat.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Protocol
+
+import numpy as np
+
+from monitor.records import AlertDraft, Cleared, Severity, severity_rank
+
+MAD_TO_SIGMA = 1.4826  # σ = 1.4826·MAD for a normal distribution
+
+
+class Detector(Protocol):
+    """Anything with a name that turns a step's scalars into alert changes."""
+
+    name: str
+
+    def update(self, step: int, scalars: Mapping[str, float]) -> list[AlertDraft | Cleared]:
+        """Alerts that fire (or escalate) and alerts that clear at this step."""
+        ...
+
+
+def robust_z(x: float, history: np.ndarray, sigma_floor: float) -> tuple[float, float, float]:
+    """(z, median, scale) of `x` against `history`: (x − median) / max(1.4826·MAD, floor)."""
+    med = float(np.median(history))
+    mad = float(np.median(np.abs(history - med)))
+    scale = max(MAD_TO_SIGMA * mad, sigma_floor)
+    return (x - med) / scale, med, scale
+
+
+def fmt(value: float) -> str:
+    """Numbers in messages: 3 significant digits, readable for 1e-5 and 1e5 alike."""
+    return f"{value:.3g}" if math.isfinite(value) else str(value)
+
+
+class Gate:
+    """Open/escalate/clear/cooldown state of one alert stream (one detector × metric).
+
+    `fire(step, severity)` says whether to emit an alert now: when closed and out of
+    cooldown after `persist` consecutive calls, or when open and the severity rises.
+    `calm(step)` counts steps that passed the clear test and closes after `clear_after`.
+    """
+
+    def __init__(self, persist: int = 1, clear_after: int = 1, cooldown: int = 0) -> None:
+        self.persist, self.clear_after, self.cooldown = persist, clear_after, cooldown
+        self.open = False
+        self.severity: Severity | None = None
+        self._streak = 0
+        self._calm = 0
+        self._cleared_at: int | None = None
+
+    def fire(self, step: int, severity: Severity) -> bool:
+        self._calm = 0
+        if self.open:
+            if severity_rank(severity) > severity_rank(self.severity or "info"):
+                self.severity = severity
+                return True
+            return False
+        self._streak += 1
+        cooling = self._cleared_at is not None and step - self._cleared_at < self.cooldown
+        if self._streak < self.persist or cooling:
+            return False
+        self.open, self.severity, self._streak = True, severity, 0
+        return True
+
+    def quiet(self) -> None:
+        """A step without the firing condition while closed: reset the persistence streak."""
+        self._streak = 0
+
+    def calm(self, step: int) -> bool:
+        """A step that passed the clear test while open; True when the alert clears."""
+        self._calm += 1
+        if self._calm < self.clear_after:
+            return False
+        self.open, self.severity, self._calm, self._cleared_at = False, None, 0, step
+        return True
+
+    def not_calm(self) -> None:
+        self._calm = 0

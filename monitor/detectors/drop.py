@@ -1,0 +1,68 @@
+"""Drop detector: an outcome (reward, held-out accuracy) falling from its peak.
+
+Reward is noisy per step, so it is smoothed by an EWMA first; the peak is the running
+maximum of that EWMA after warm-up, and the drop is measured as the share of the gain
+over a know-nothing policy (`zero`) that has been lost. Higher is assumed better.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from monitor.config import DropRule
+from monitor.detectors.base import Gate, fmt
+from monitor.records import AlertDraft, Cleared, Severity
+
+
+class DropDetector:
+    """One `DropRule` on one metric; updates only on steps where the metric is logged."""
+
+    def __init__(self, name: str, rule: DropRule) -> None:
+        self.name, self.rule = name, rule
+        self._n = 0
+        self._ewma = 0.0
+        self._peak = -math.inf
+        self._peak_step = 0
+        self._gate = Gate(cooldown=rule.cooldown)
+
+    def update(self, step: int, scalars: Mapping[str, float]) -> list[AlertDraft | Cleared]:
+        r = self.rule
+        x = scalars.get(r.metric)
+        if x is None or not math.isfinite(x):
+            return []
+        self._n += 1
+        self._ewma = x if self._n == 1 else r.ewma_alpha * x + (1 - r.ewma_alpha) * self._ewma
+        if self._n <= r.warmup:
+            return []
+        if self._ewma > self._peak:
+            self._peak, self._peak_step = self._ewma, step
+        gain = self._peak - r.zero
+        if gain < r.min_peak_gain:
+            return []
+        drop = (self._peak - self._ewma) / gain
+        severity: Severity | None = (
+            "critical" if drop >= r.crit_drop else "warning" if drop >= r.warn_drop else None
+        )
+        if severity is not None:
+            return [self._draft(x, drop, severity)] if self._gate.fire(step, severity) else []
+        if self._gate.open and drop < r.clear_drop and self._gate.calm(step):
+            return [Cleared(self.name, r.metric)]
+        return []
+
+    def _draft(self, x: float, drop: float, severity: Severity) -> AlertDraft:
+        r = self.rule
+        return AlertDraft(
+            detector=self.name,
+            severity=severity,
+            metric=r.metric,
+            value=x,
+            baseline=self._peak,
+            window=self._n,
+            factor="outcome",
+            message=(
+                f"{r.metric} has fallen {drop:.0%} from its peak: smoothed {fmt(self._ewma)} "
+                f"vs peak {fmt(self._peak)} at step {self._peak_step} (now {fmt(x)})"
+            ),
+            remedy=r.remedy,
+        )

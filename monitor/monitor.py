@@ -1,0 +1,317 @@
+"""`Monitor`: the metrics layer's entry point for a training loop (ours or anyone's).
+
+Per step it writes the scalars and distributions to the run store in one transaction,
+runs the detectors, stores their alerts, and (if enabled) lets the remediation policy
+turn alerts into pending actions; then it hands the step to the optional Prometheus
+exporter and webhook notifier. It does not train, apply actions (the trainer does, at a
+step boundary, then calls `resolve`) or serve anything itself.
+
+    mon = Monitor("runs/r1", config=cfg, controls={"is_policy": "none", "clip": True, ...})
+    for step in range(n):
+        ...
+        mon.log(step, {"mismatch/kl_k1": 1e-3, "reward/mean": 0.4}, {"log_ratio": lr})
+        for action in mon.pending_actions():
+            ok = apply(action)  # the trainer's job
+            mon.resolve(action.id, "applied" if ok else "rejected", "why")
+    mon.close()
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from monitor.actions import apply_to_controls
+from monitor.config import MonitorConfig
+from monitor.detectors import build_detectors
+from monitor.errors import UserError
+from monitor.histograms import bin_values, spec_for
+from monitor.records import Action, Alert, AlertDraft, Cleared, Event
+from monitor.remediation import RemediationPolicy
+from monitor.store import RunStore
+
+log = logging.getLogger("minirl.monitor")
+
+
+class Exporter(Protocol):
+    """Receives every step after it is stored (e.g. Prometheus gauges)."""
+
+    def observe(self, step: int, scalars: Mapping[str, float], alerts: Sequence[Alert]) -> None: ...
+
+
+class Notifier(Protocol):
+    """Receives every new alert after it is stored (e.g. a webhook)."""
+
+    def notify(self, alert: Alert) -> None: ...
+
+
+class _NullExporter:
+    def observe(self, step: int, scalars: Mapping[str, float], alerts: Sequence[Alert]) -> None:
+        pass
+
+
+class _NullNotifier:
+    def notify(self, alert: Alert) -> None:
+        pass
+
+
+def _to_float(name: Any, value: Any) -> float:
+    if not isinstance(name, str) or not name:
+        raise UserError(f"metric names must be non-empty strings, got {name!r}")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise UserError(f"metric {name!r}: value {value!r} is not a number") from None
+
+
+class Monitor:
+    """Run store + detectors + remediation policy + optional exporter/notifier, for one run.
+
+    `config` is the resolved run config (stored as JSON); `controls` are the knobs the
+    remediation policy reasons about (is_policy, is_cap, clip, eps_low, eps_high,
+    routing_replay, mini_batches, length_norm, lr, moe). An existing store is only
+    reopened with `resume=True` (nothing recorded is ever overwritten by accident).
+    """
+
+    def __init__(
+        self,
+        run_dir: str | os.PathLike[str],
+        config: dict[str, Any] | None = None,
+        controls: dict[str, Any] | None = None,
+        monitor_config: MonitorConfig | None = None,
+        remediation: bool = False,
+        prometheus_port: int | None = None,
+        exporter: Exporter | None = None,
+        notifier: Notifier | None = None,
+        resume: bool = False,
+    ) -> None:
+        self.cfg = monitor_config or MonitorConfig()
+        self.store = RunStore.open(
+            run_dir,
+            busy_timeout_s=self.cfg.store.busy_timeout_s,
+            synchronous=self.cfg.store.synchronous,
+        )
+        self.run_dir = str(run_dir)
+        self._closed = False
+        last = self.store.last_step()
+        started = self.store.meta_json("started")
+        if started and not resume:
+            self.store.close()
+            where = f"last step {last}" if last is not None else "no steps yet"
+            raise UserError(
+                f"{self.run_dir} already holds a run ({where}); resume it or choose a new run dir"
+            )
+        stored_controls = self.store.meta_json("controls") or {}
+        self.controls: dict[str, Any] = dict(controls if controls is not None else stored_controls)
+        with self.store.transaction():
+            if config is not None or not started:
+                self.store.set_meta("config", config or {})
+            self.store.set_meta("controls", self.controls)
+            self.store.set_meta("started", True)
+            kind = "resume" if started else "start"
+            self.store.insert_event(last, kind, {"pid": os.getpid()}, time.time())
+        self.run_id = self.store.run_id()
+        self.detectors = build_detectors(self.cfg.detectors)
+        self.policy = RemediationPolicy(self.cfg.remediation) if remediation else None
+        if exporter is None and prometheus_port is not None:
+            exporter = _prometheus_exporter(Path(run_dir).resolve().name, prometheus_port)
+        self._exporter: Exporter = exporter or _NullExporter()
+        self._notifier: Notifier = notifier or _NullNotifier()
+        self._crashed = False
+        if started and last is not None:
+            self._replay(last)
+
+    # ------------------------------------------------------------------ per step
+    def log(
+        self,
+        step: int,
+        scalars: Mapping[str, float],
+        distributions: Mapping[str, Sequence[float]] | None = None,
+    ) -> list[Alert]:
+        """Store one step (one transaction), run the detectors, return the new alerts.
+
+        NaN is stored as NULL and ±inf as IEEE infinities (store.py); both also raise
+        the non-finite detector. Logging the same step twice merges (later values win);
+        a step before the last one is an error (use `truncate_after` to rewind).
+        """
+        self._check_open()
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise UserError(f"step must be an integer ≥ 0, got {step!r}")
+        last = self.store.last_step()
+        if last is not None and step < last:
+            raise UserError(
+                f"step {step} is before the last logged step {last}; call "
+                f"truncate_after({step - 1}) first when resuming or rolling back"
+            )
+        values = {name: _to_float(name, v) for name, v in scalars.items()}
+        hists = {
+            name: bin_values(v, spec_for(name, self.cfg.histograms))
+            for name, v in (distributions or {}).items()
+        }
+        changes: list[AlertDraft | Cleared] = []
+        for detector in self.detectors:
+            changes += detector.update(step, values)
+        now = time.time()
+        new: list[Alert] = []
+        cleared: list[Alert] = []
+        with self.store.transaction():
+            self.store.write_step(step, values, now)
+            for name, row in hists.items():
+                self.store.write_histogram(step, name, row)
+            for change in changes:
+                if isinstance(change, Cleared):
+                    cleared += self.store.clear_alerts(step, change.detector, change.metric)
+                else:
+                    alert_id = self.store.insert_alert(step, change, now)
+                    new.append(Alert(**vars(change), id=alert_id, step=step, time=now))
+            if self.policy is not None and new:
+                self._remediate(step, new, now)
+        self._hand_off(step, values, new, cleared)
+        return new
+
+    def _remediate(self, step: int, alerts: list[Alert], now: float) -> None:
+        history = self.store.all_actions()
+        open_alerts = self.store.open_alerts()
+        drafts = self.policy.decide(step, alerts, self.controls, history, open_alerts)
+        for draft in drafts:
+            self.store.insert_action(
+                draft.kind, draft.params, draft.reason, "policy", draft.alert_id, now
+            )
+        for skipped in self.policy.skipped:
+            self.store.insert_event(step, "remediation_skipped", skipped, now)
+
+    def _hand_off(
+        self, step: int, values: dict[str, float], alerts: list[Alert], cleared: list[Alert]
+    ) -> None:
+        """The exporter sees the step (new alerts, and cleared ones with `cleared_step`
+        set), the notifier each new alert, after it is safely stored. Their failures are
+        logged, never raised: monitoring must not stop training."""
+        try:
+            self._exporter.observe(step, values, [*alerts, *cleared])
+        except Exception as err:  # a broken exporter must not kill the run
+            log.warning("exporter failed at step %d: %r", step, err)
+        for alert in alerts:
+            try:
+                self._notifier.notify(alert)
+            except Exception as err:  # same for the notifier
+                log.warning("notifier failed for alert %d: %r", alert.id, err)
+
+    # ------------------------------------------------------------------ actions
+    def pending_actions(self) -> list[Action]:
+        """Pending actions, oldest first: from the policy and requested from outside."""
+        self._check_open()
+        return self.store.pending_actions()
+
+    def request_action(
+        self,
+        kind: str,
+        params: Mapping[str, Any] | None,
+        reason: str,
+        source: Literal["policy", "dashboard", "user"] = "dashboard",
+        alert_id: int | None = None,
+    ) -> Action:
+        """Queue an action (validated by actions.py); a pending one of the same kind is
+        returned instead of queueing a duplicate."""
+        self._check_open()
+        with self.store.transaction():
+            for action in self.store.pending_actions():
+                if action.kind == kind:
+                    return action
+            return self.store.insert_action(kind, params, reason, source, alert_id, time.time())
+
+    def resolve(
+        self, action_id: int, status: Literal["applied", "rejected"], detail: str
+    ) -> Action:
+        """Record the trainer's outcome; on 'applied' the controls follow the action."""
+        self._check_open()
+        if status not in ("applied", "rejected"):
+            raise UserError(f"status must be 'applied' or 'rejected', got {status!r}")
+        with self.store.transaction():
+            action = self.store.resolve_action(action_id, status, str(detail), time.time())
+            if status == "applied":
+                self.controls = apply_to_controls(self.controls, action.kind, action.params)
+                self.store.set_meta("controls", self.controls)
+        return action
+
+    # ------------------------------------------------------------------ run life
+    def event(self, kind: str, detail: dict[str, Any] | None = None) -> Event:
+        """Record a run event (start, resume, checkpoint, rollback, stop, crash...)."""
+        self._check_open()
+        if not isinstance(kind, str) or not kind:
+            raise UserError(f"event kind must be a non-empty string, got {kind!r}")
+        step, now = self.store.last_step(), time.time()
+        with self.store.transaction():
+            event_id = self.store.insert_event(step, kind, detail or {}, now)
+        if kind == "crash":
+            self._crashed = True
+        return Event(event_id, step, kind, dict(detail or {}), now)
+
+    def last_step(self) -> int | None:
+        return self.store.last_step()
+
+    def truncate_after(self, step: int) -> dict[str, int]:
+        """Drop scalars, histograms and alerts of steps > `step` (logged after the
+        checkpoint being resumed or rolled back to), record it as an event, and rebuild
+        the detectors' baselines from the steps kept. Actions are kept: they are the
+        audit trail. Returns the number of rows dropped per table."""
+        self._check_open()
+        if isinstance(step, bool) or not isinstance(step, int):
+            raise UserError(f"truncate_after needs an integer step, got {step!r}")
+        with self.store.transaction():
+            dropped = self.store.delete_after(step)
+            self.store.insert_event(
+                step, "truncate", {"after_step": step, "dropped": dropped}, time.time()
+            )
+        self.detectors = build_detectors(self.cfg.detectors)
+        if self.store.last_step() is not None:
+            self._replay(self.store.last_step())
+        return dropped
+
+    def _replay(self, last: int) -> None:
+        """Feed the last stored steps through fresh detectors (alerts discarded), so a
+        resumed run keeps its baselines instead of warming up again."""
+        for step, values in self.store.recent_scalars(last - self.cfg.resume_replay_steps + 1):
+            for detector in self.detectors:
+                detector.update(step, values)
+
+    def close(self) -> None:
+        """Record the end of the run (unless it crashed) and close the store. Idempotent."""
+        if self._closed:
+            return
+        if not self._crashed:
+            with self.store.transaction():
+                self.store.insert_event(self.store.last_step(), "close", {}, time.time())
+        for hook in (self._exporter, self._notifier):
+            closer = getattr(hook, "close", None)
+            if callable(closer):
+                closer()
+        self.store.close()
+        self._closed = True
+
+    def __enter__(self) -> Monitor:
+        return self
+
+    def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: Any) -> None:
+        if exc is not None and not self._closed:
+            self.event("crash", {"error": f"{exc_type.__name__}: {exc}"[:500]})
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise UserError("this Monitor is closed")
+
+
+def _prometheus_exporter(run_name: str, port: int) -> Exporter:
+    """The Prometheus exporter of monitor/prometheus.py (imported only when asked for)."""
+    try:
+        from monitor.prometheus import PrometheusExporter
+    except ImportError as err:
+        raise UserError(f"the Prometheus exporter is not available: {err}") from None
+    return PrometheusExporter(run=run_name, port=port)
+
+
+__all__ = ["Exporter", "Monitor", "Notifier"]

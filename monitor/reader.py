@@ -1,0 +1,305 @@
+"""Reading a run store: `RunReader` and `list_runs`, for the dashboard, analyze and export.
+
+Read-only SQLite URI plus a busy timeout: safe while the trainer writes (WAL lets readers
+see the last committed step without blocking the writer). Every call reads the current
+state, so a live run grows between calls. Series come back as numpy arrays; 100k steps of
+one metric load in tens of milliseconds (bench/results/store.md). This module never
+writes; schema and writer are in store.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from monitor.errors import UserError
+from monitor.histograms import QUANTILES
+from monitor.records import (
+    Action,
+    Alert,
+    Event,
+    Histograms,
+    RunMeta,
+    RunStatus,
+    RunSummary,
+    severity_rank,
+)
+from monitor.store import (
+    SCHEMA_VERSION,
+    STORE_FILE,
+    _actions,
+    _alerts,
+    _check_identity,
+    _not_a_store,
+    store_path,
+)
+
+_QCOLS = tuple(QUANTILES)
+
+
+class RunReader:
+    """Read-only view of a run store, safe while the trainer writes.
+
+    Every method reads the current state (a live run grows between calls). Open with a
+    run directory or the store file itself; a missing, corrupt or foreign file raises
+    UserError with a one-line reason.
+    """
+
+    def __init__(self, run: str | os.PathLike[str], busy_timeout_s: float = 10.0) -> None:
+        self.path = store_path(run)
+        if not self.path.is_file():
+            raise UserError(f"no run store at {self.path}")
+        uri = self.path.resolve().as_uri() + "?mode=ro"
+        try:
+            self._conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout_s)
+        except sqlite3.DatabaseError as err:
+            raise _not_a_store(self.path, str(err)) from None
+        version = _check_identity(self._conn, self.path)
+        if version != SCHEMA_VERSION:
+            self._conn.close()
+            if version == 0:
+                raise _not_a_store(self.path, "empty database")
+            raise UserError(
+                f"{self.path} has an old schema; open the run with `minirl` to migrate it"
+            )
+
+    def __enter__(self) -> RunReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def _q(self, sql: str, args: Sequence[Any] = ()) -> list[tuple]:
+        try:
+            return self._conn.execute(sql, args).fetchall()
+        except sqlite3.DatabaseError as err:
+            raise _not_a_store(self.path, str(err)) from None
+
+    # -- who and how
+    def meta(self) -> RunMeta:
+        """Run id, creation time, schema version, resolved config and current controls."""
+        kv = dict(self._q("SELECT key, value FROM meta"))
+        return RunMeta(
+            path=str(self.path.parent),
+            run_id=kv["run_id"],
+            created_at=float(kv["created_at"]),
+            schema_version=SCHEMA_VERSION,
+            config=json.loads(kv.get("config", "{}")),
+            controls=json.loads(kv.get("controls", "{}")),
+        )
+
+    def last_step(self) -> int | None:
+        return self._q("SELECT max(step) FROM steps")[0][0]
+
+    def last_write(self) -> float | None:
+        """Unix time of the last heartbeat (step row or event)."""
+        a = self._q("SELECT time FROM steps ORDER BY step DESC LIMIT 1")
+        b = self._q("SELECT max(time) FROM events")[0][0]
+        times = [t for t in ((a[0][0] if a else None), b) if t is not None]
+        return max(times) if times else None
+
+    def status(self, stale_after_s: float = 120.0, now: float | None = None) -> RunStatus:
+        """finished (closed or stopped), crashed (crash event, or silent for
+        `stale_after_s` without closing), else live."""
+        row = self._q(
+            "SELECT kind FROM events WHERE kind IN ('start', 'resume', 'close', 'stop', 'crash')"
+            " ORDER BY id DESC LIMIT 1"
+        )
+        last = row[0][0] if row else None
+        if last in ("close", "stop"):
+            return "finished"
+        if last == "crash":
+            return "crashed"
+        written = self.last_write()
+        now = time.time() if now is None else now
+        if written is not None and now - written > stale_after_s:
+            return "crashed"
+        return "live"
+
+    # -- series
+    def metric_names(self, kind: Literal["scalar", "histogram"] = "scalar") -> list[str]:
+        return [
+            r[0] for r in self._q("SELECT name FROM metrics WHERE kind = ? ORDER BY name", (kind,))
+        ]
+
+    def steps(self) -> np.ndarray:
+        """Every logged step, ascending (int64)."""
+        return np.array(
+            [r[0] for r in self._q("SELECT step FROM steps ORDER BY step")], dtype=np.int64
+        )
+
+    def _range(self, start: int | None, end: int | None) -> tuple[str, list[Any]]:
+        sql, args = "", []
+        if start is not None:
+            sql, args = sql + " AND step >= ?", [*args, int(start)]
+        if end is not None:
+            sql, args = sql + " AND step <= ?", [*args, int(end)]
+        return sql, args
+
+    def scalars(
+        self,
+        names: str | Iterable[str],
+        start: int | None = None,
+        end: int | None = None,
+        every: int | None = None,
+        agg: Literal["sample", "mean", "min", "max"] = "sample",
+    ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """{name: (steps int64, values float64)} for start ≤ step ≤ end, NaN where NaN.
+
+        `every=N` thins long series for plotting: `agg='sample'` keeps steps that are
+        multiples of N; 'mean'/'min'/'max' reduce each bucket of N steps (labelled by its
+        first step), so a 'max' view keeps the spikes that sampling would skip. Unknown
+        names give empty arrays.
+        """
+        names = [names] if isinstance(names, str) else list(names)
+        if every is not None and (isinstance(every, bool) or int(every) < 1):
+            raise UserError(f"every must be an integer ≥ 1, got {every!r}")
+        ids = dict(self._q("SELECT name, id FROM metrics WHERE kind = 'scalar'"))
+        rng, rargs = self._range(start, end)
+        out = {}
+        for name in names:
+            if name not in ids:
+                out[name] = (np.empty(0, np.int64), np.empty(0, np.float64))
+                continue
+            args = [ids[name], *rargs]
+            if every is None or every == 1:
+                sql = f"SELECT step, value FROM scalars WHERE metric_id = ?{rng} ORDER BY step"
+            elif agg == "sample":
+                sql = (
+                    f"SELECT step, value FROM scalars WHERE metric_id = ?{rng}"
+                    f" AND step % {int(every)} = 0 ORDER BY step"
+                )
+            else:
+                if agg not in ("mean", "min", "max"):
+                    raise UserError(f"agg must be sample, mean, min or max, got {agg!r}")
+                fn = {"mean": "avg"}.get(agg, agg)
+                sql = (
+                    f"SELECT (step / {int(every)}) * {int(every)} AS b, {fn}(value)"
+                    f" FROM scalars WHERE metric_id = ?{rng} GROUP BY b ORDER BY b"
+                )
+            rows = self._q(sql, args)
+            if rows:
+                arr = np.array(rows, dtype=np.float64)  # None (NaN) -> nan
+                out[name] = (arr[:, 0].astype(np.int64), arr[:, 1])
+            else:
+                out[name] = (np.empty(0, np.int64), np.empty(0, np.float64))
+        return out
+
+    def histograms(
+        self, name: str, start: int | None = None, end: int | None = None, every: int | None = None
+    ) -> Histograms:
+        """The per-step histograms of one distribution (see records.Histograms)."""
+        row = self._q("SELECT id FROM metrics WHERE kind = 'histogram' AND name = ?", (name,))
+        if not row:
+            raise UserError(f"no distribution named {name!r} in {self.path}")
+        rng, rargs = self._range(start, end)
+        thin = f" AND step % {int(every)} = 0" if every and every > 1 else ""
+        rows = self._q(
+            f"SELECT step, lo, hi, counts, n, n_nonfinite, mean, std, min, max,"
+            f" {', '.join(_QCOLS)} FROM histograms WHERE metric_id = ?{rng}{thin} ORDER BY step",
+            [row[0][0], *rargs],
+        )
+        if rows:
+            counts = np.stack([np.frombuffer(r[3], dtype="<i8") for r in rows])
+            lo, hi = rows[-1][1], rows[-1][2]
+            edges = np.linspace(lo, hi, counts.shape[1] - 1)
+        else:
+            counts, edges = np.zeros((0, 0), np.int64), np.zeros(0)
+
+        def col(i: int, dtype: Any = np.float64) -> np.ndarray:
+            return np.array([r[i] for r in rows], dtype=dtype)
+
+        return Histograms(
+            name=name,
+            steps=col(0, np.int64),
+            edges=edges,
+            counts=counts,
+            n=col(4, np.int64),
+            n_nonfinite=col(5, np.int64),
+            mean=col(6),
+            std=col(7),
+            min=col(8),
+            max=col(9),
+            quantiles={c: col(10 + i) for i, c in enumerate(_QCOLS)},
+        )
+
+    # -- records
+    def alerts(
+        self,
+        start: int | None = None,
+        end: int | None = None,
+        min_severity: str = "info",
+        open_only: bool = False,
+    ) -> list[Alert]:
+        """Alerts with start ≤ step ≤ end and at least `min_severity`, oldest first."""
+        rng, args = self._range(start, end)
+        where = rng + (" AND cleared_step IS NULL" if open_only else "")
+        rank = severity_rank(min_severity)
+        try:
+            return [
+                a for a in _alerts(self._conn, where, args) if severity_rank(a.severity) >= rank
+            ]
+        except sqlite3.DatabaseError as err:
+            raise _not_a_store(self.path, str(err)) from None
+
+    def actions(self, status: str | None = None) -> list[Action]:
+        """Remediation actions (automatic and requested), oldest first."""
+        if status is None:
+            return _actions(self._conn, "", ())
+        return _actions(self._conn, "WHERE status = ?", (status,))
+
+    def events(self, kind: str | None = None) -> list[Event]:
+        """Run events (start, resume, checkpoint, rollback, truncate, crash, close...)."""
+        where, args = ("WHERE kind = ?", (kind,)) if kind else ("", ())
+        rows = self._q(f"SELECT id, step, kind, detail, time FROM events {where} ORDER BY id", args)
+        return [Event(r[0], r[1], r[2], json.loads(r[3]), r[4]) for r in rows]
+
+    def summary(self, stale_after_s: float = 120.0) -> RunSummary:
+        meta = self.meta()
+        return RunSummary(
+            path=meta.path,
+            run_id=meta.run_id,
+            status=self.status(stale_after_s),
+            last_step=self.last_step(),
+            created_at=meta.created_at,
+            last_write=self.last_write(),
+            n_alerts=self._q("SELECT count(*) FROM alerts")[0][0],
+            n_pending_actions=self._q("SELECT count(*) FROM actions WHERE status = 'pending'")[0][
+                0
+            ],
+        )
+
+
+def list_runs(runs_dir: str | os.PathLike[str], stale_after_s: float = 120.0) -> list[RunSummary]:
+    """Every run under `runs_dir` (itself or its direct sub-directories), newest first.
+
+    A store that cannot be read is listed with `error` set instead of failing the list.
+    """
+    root = Path(runs_dir)
+    if not root.is_dir():
+        raise UserError(f"runs directory {root} does not exist")
+    candidates = [root / STORE_FILE, *sorted(p / STORE_FILE for p in root.iterdir() if p.is_dir())]
+    out = []
+    for path in candidates:
+        if not path.is_file():
+            continue
+        try:
+            with RunReader(path) as reader:
+                out.append(reader.summary(stale_after_s))
+        except UserError as err:
+            out.append(
+                RunSummary(
+                    str(path.parent), path.parent.name, None, None, None, None, error=str(err)
+                )
+            )
+    return sorted(out, key=lambda s: s.created_at or 0.0, reverse=True)

@@ -1,0 +1,469 @@
+"""The run store: one SQLite file per run (`<run_dir>/store.sqlite`), its schema and I/O.
+
+The hub of DESIGN.md: the trainer appends one transaction per step through `RunStore`
+(used by `Monitor`); the dashboard, `analyze` and `export` read through
+`reader.RunReader` while the run is live; the dashboard requests actions with
+`request_action` (here, because it writes).
+
+Durability: WAL journal, `synchronous=NORMAL`, one transaction per step. A killed
+writer loses at most the step it was writing; the file stays readable. Readers use a
+read-only URI and a busy timeout, so they never block the writer nor fail on its locks.
+
+Values: scalars are REAL; ±inf are stored as IEEE infinities and NaN as NULL (SQLite
+has no NaN), so NULL in `scalars.value` means NaN and reads back as NaN.
+
+Schema (version in `PRAGMA user_version`; `MIGRATIONS[v]` upgrades v → v+1 when a writer
+opens an older store):
+    meta(key, value)                    app='minirl', run_id, created_at, config, controls (JSON)
+    metrics(id, name, kind)             kind 'scalar' | 'histogram'
+    steps(step, time)                   one row per log call: the heartbeat
+    scalars(metric_id, step, value)     WITHOUT ROWID, keyed (metric_id, step): range scans
+    histograms(metric_id, step, lo, hi, counts BLOB int64 LE [bins+2], n, ..., p01..p99)
+    alerts(id, step, detector, severity, metric, value, baseline, window_steps, factor, ...)
+    actions(id, kind, params JSON, reason, source, alert_id, status, step, ...)
+    events(id, step, kind, detail JSON, time)
+Reading is reader.py's job. This module knows nothing of detectors or remediation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import sqlite3
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from monitor import actions as action_kinds
+from monitor.errors import UserError
+from monitor.histograms import QUANTILES, HistogramRow
+from monitor.records import (
+    Action,
+    Alert,
+    AlertDraft,
+)
+
+STORE_FILE = "store.sqlite"
+APP_ID = "minirl"
+_QCOLS = tuple(QUANTILES)  # p01 .. p99 columns of `histograms`
+
+
+def _run_script(conn: sqlite3.Connection, script: str) -> None:
+    """Statement by statement: `executescript` would commit the caller's transaction."""
+    for statement in script.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+
+
+def _v0_to_v1(conn: sqlite3.Connection) -> None:
+    q = ", ".join(f"{c} REAL" for c in _QCOLS)
+    _run_script(
+        conn,
+        f"""
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        CREATE TABLE metrics (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE,
+                              kind TEXT NOT NULL DEFAULT 'scalar');
+        CREATE TABLE steps (step INTEGER PRIMARY KEY, time REAL NOT NULL);
+        CREATE TABLE scalars (metric_id INTEGER NOT NULL, step INTEGER NOT NULL, value REAL,
+                              PRIMARY KEY (metric_id, step)) WITHOUT ROWID;
+        CREATE TABLE histograms (metric_id INTEGER NOT NULL, step INTEGER NOT NULL,
+                                 lo REAL NOT NULL, hi REAL NOT NULL, counts BLOB NOT NULL,
+                                 n INTEGER NOT NULL, n_nonfinite INTEGER NOT NULL,
+                                 mean REAL, std REAL, min REAL, max REAL, {q},
+                                 PRIMARY KEY (metric_id, step)) WITHOUT ROWID;
+        CREATE TABLE alerts (id INTEGER PRIMARY KEY, step INTEGER NOT NULL,
+                             detector TEXT NOT NULL, severity TEXT NOT NULL,
+                             metric TEXT NOT NULL, value REAL, baseline REAL,
+                             window_steps INTEGER NOT NULL, factor TEXT NOT NULL,
+                             message TEXT NOT NULL, remedy TEXT NOT NULL, time REAL NOT NULL,
+                             cleared_step INTEGER);
+        CREATE INDEX alerts_by_step ON alerts (step);
+        CREATE TABLE actions (id INTEGER PRIMARY KEY, kind TEXT NOT NULL, params TEXT NOT NULL,
+                              reason TEXT NOT NULL, source TEXT NOT NULL, alert_id INTEGER,
+                              status TEXT NOT NULL
+                                CHECK (status IN ('pending', 'applied', 'rejected')),
+                              step INTEGER, time REAL NOT NULL, resolved_step INTEGER,
+                              resolved_time REAL, detail TEXT NOT NULL DEFAULT '');
+        CREATE INDEX actions_by_status ON actions (status);
+        CREATE TABLE events (id INTEGER PRIMARY KEY, step INTEGER, kind TEXT NOT NULL,
+                             detail TEXT NOT NULL, time REAL NOT NULL);
+        """
+    )
+
+
+# MIGRATIONS[v] upgrades a store at version v to v + 1, inside the caller's transaction.
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v0_to_v1]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def store_path(run: str | os.PathLike[str]) -> Path:
+    """`run` is a run directory or a store file; return the store file's path."""
+    path = Path(run)
+    return path / STORE_FILE if path.is_dir() or path.suffix != ".sqlite" else path
+
+
+def _not_a_store(path: Path, why: str) -> UserError:
+    return UserError(f"{path} is not a readable minirl run store ({why})")
+
+
+def _check_identity(conn: sqlite3.Connection, path: Path) -> int:
+    """The schema version of a minirl store, or UserError for anything else."""
+    try:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version == 0:
+            return 0
+        row = conn.execute("SELECT value FROM meta WHERE key = 'app'").fetchone()
+    except sqlite3.DatabaseError as err:
+        raise _not_a_store(path, str(err)) from None
+    if row is None or row[0] != APP_ID:
+        raise _not_a_store(path, "no minirl metadata")
+    if version > SCHEMA_VERSION:
+        raise UserError(
+            f"{path} has schema version {version}, newer than this minirl's "
+            f"{SCHEMA_VERSION}; upgrade minirl to read it"
+        )
+    return version
+
+
+def _nan_to_none(value: float) -> float | None:
+    return None if math.isnan(value) else value
+
+
+def _f(value: float | None) -> float:
+    return float("nan") if value is None else float(value)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, allow_nan=True, default=str)
+
+
+# ---------------------------------------------------------------------------- writer
+
+
+class RunStore:
+    """The single writer of a run store. Not thread-safe: one per process, one thread."""
+
+    def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
+        self.path = path
+        self._conn = conn
+        self._metric_ids: dict[str, int] = dict(conn.execute("SELECT name, id FROM metrics"))
+        self._in_tx = False
+
+    @classmethod
+    def open(
+        cls,
+        run_dir: str | os.PathLike[str],
+        *,
+        busy_timeout_s: float = 10.0,
+        synchronous: str = "NORMAL",
+    ) -> RunStore:
+        """Open (creating or migrating) `<run_dir>/store.sqlite` for writing."""
+        run_dir = Path(run_dir)
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise UserError(f"cannot create run directory {run_dir}: {err.strerror}") from None
+        path = run_dir / STORE_FILE
+        try:
+            conn = sqlite3.connect(path, timeout=busy_timeout_s, isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={synchronous}")
+        except sqlite3.DatabaseError as err:
+            raise _not_a_store(path, str(err)) from None
+        version = _check_identity(conn, path)
+        if version < SCHEMA_VERSION:
+            conn.execute("BEGIN IMMEDIATE")
+            for migrate in MIGRATIONS[version:]:
+                migrate(conn)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            if version == 0:
+                conn.executemany(
+                    "INSERT INTO meta (key, value) VALUES (?, ?)",
+                    [
+                        ("app", APP_ID),
+                        ("run_id", uuid.uuid4().hex[:12]),
+                        ("created_at", repr(time.time())),
+                        ("config", "{}"),
+                        ("controls", "{}"),
+                    ],
+                )
+            conn.execute("COMMIT")
+        return cls(path, conn)
+
+    # -- transactions
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Everything written inside is committed together or not at all."""
+        if self._in_tx:
+            yield
+            return
+        self._conn.execute("BEGIN IMMEDIATE")
+        self._in_tx = True
+        try:
+            yield
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        else:
+            self._conn.execute("COMMIT")
+        finally:
+            self._in_tx = False
+
+    # -- metadata
+    def set_meta(self, key: str, value: Any) -> None:
+        self._conn.execute(
+            "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, _json(value))
+        )
+
+    def meta_json(self, key: str) -> Any:
+        row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else json.loads(row[0])
+
+    def run_id(self) -> str:
+        return self._conn.execute("SELECT value FROM meta WHERE key = 'run_id'").fetchone()[0]
+
+    # -- per-step data
+    def _metric_id(self, name: str, kind: str) -> int:
+        mid = self._metric_ids.get(name)
+        if mid is None:
+            mid = self._conn.execute(
+                "INSERT INTO metrics (name, kind) VALUES (?, ?)", (name, kind)
+            ).lastrowid
+            self._metric_ids[name] = mid
+        return mid
+
+    def write_step(self, step: int, scalars: Mapping[str, float], now: float) -> None:
+        """The heartbeat row and the scalars of one step (replacing values of the same step)."""
+        self._conn.execute("INSERT OR REPLACE INTO steps (step, time) VALUES (?, ?)", (step, now))
+        self._conn.executemany(
+            "INSERT OR REPLACE INTO scalars (metric_id, step, value) VALUES (?, ?, ?)",
+            [(self._metric_id(k, "scalar"), step, _nan_to_none(v)) for k, v in scalars.items()],
+        )
+
+    def write_histogram(self, step: int, name: str, row: HistogramRow) -> None:
+        qs = [_nan_to_none(row.quantiles[c]) for c in _QCOLS]
+        stats = [_nan_to_none(v) for v in (row.mean, row.std, row.min, row.max)]
+        self._conn.execute(
+            f"INSERT OR REPLACE INTO histograms VALUES ({', '.join('?' * (11 + len(_QCOLS)))})",
+            (
+                self._metric_id(name, "histogram"),
+                step,
+                row.lo,
+                row.hi,
+                row.counts.astype("<i8").tobytes(),
+                row.n,
+                row.n_nonfinite,
+                *stats,
+                *qs,
+            ),
+        )
+
+    def last_step(self) -> int | None:
+        return self._conn.execute("SELECT max(step) FROM steps").fetchone()[0]
+
+    # -- alerts, actions, events
+    def insert_alert(self, step: int, a: AlertDraft, now: float) -> int:
+        return self._conn.execute(
+            "INSERT INTO alerts (step, detector, severity, metric, value, baseline, window_steps,"
+            " factor, message, remedy, time) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                step,
+                a.detector,
+                a.severity,
+                a.metric,
+                _nan_to_none(a.value),
+                _nan_to_none(a.baseline),
+                a.window,
+                a.factor,
+                a.message,
+                a.remedy,
+                now,
+            ),
+        ).lastrowid
+
+    def open_alerts(self) -> list[Alert]:
+        """Alerts not cleared yet, oldest first."""
+        return _alerts(self._conn, " AND cleared_step IS NULL", ())
+
+    def clear_alerts(self, step: int, detector: str, metric: str) -> list[Alert]:
+        """Mark the open alerts of (detector, metric) cleared at `step`; return them."""
+        where, args = (
+            " AND detector = ? AND metric = ? AND cleared_step IS NULL",
+            (detector, metric),
+        )
+        cleared = _alerts(self._conn, where, args)
+        self._conn.execute(f"UPDATE alerts SET cleared_step = ? WHERE 1 = 1{where}", (step, *args))
+        return [dataclasses.replace(a, cleared_step=step) for a in cleared]
+
+    def insert_action(
+        self,
+        kind: str,
+        params: Mapping[str, Any],
+        reason: str,
+        source: str,
+        alert_id: int | None,
+        now: float,
+    ) -> Action:
+        return _insert_action(self._conn, kind, params, reason, source, alert_id, now)
+
+    def resolve_action(self, action_id: int, status: str, detail: str, now: float) -> Action:
+        row = self._conn.execute("SELECT status FROM actions WHERE id = ?", (action_id,)).fetchone()
+        if row is None:
+            raise UserError(f"no action with id {action_id}")
+        if row[0] != "pending":
+            raise UserError(f"action {action_id} is already {row[0]}")
+        self._conn.execute(
+            "UPDATE actions SET status = ?, detail = ?, resolved_step = ?, resolved_time = ?"
+            " WHERE id = ?",
+            (status, detail, self.last_step(), now, action_id),
+        )
+        return _actions(self._conn, "WHERE id = ?", (action_id,))[0]
+
+    def pending_actions(self) -> list[Action]:
+        return _actions(self._conn, "WHERE status = 'pending'", ())
+
+    def all_actions(self) -> list[Action]:
+        return _actions(self._conn, "", ())
+
+    def insert_event(
+        self, step: int | None, kind: str, detail: Mapping[str, Any], now: float
+    ) -> int:
+        return self._conn.execute(
+            "INSERT INTO events (step, kind, detail, time) VALUES (?, ?, ?, ?)",
+            (step, kind, _json(dict(detail)), now),
+        ).lastrowid
+
+    def delete_after(self, step: int) -> dict[str, int]:
+        """Drop scalars, histograms, heartbeats and alerts of steps > `step`; return counts."""
+        counts = {}
+        for table in ("scalars", "histograms", "steps", "alerts"):
+            counts[table] = self._conn.execute(
+                f"DELETE FROM {table} WHERE step > ?", (step,)
+            ).rowcount
+        self._conn.execute("UPDATE alerts SET cleared_step = NULL WHERE cleared_step > ?", (step,))
+        return counts
+
+    def recent_scalars(self, first_step: int) -> list[tuple[int, dict[str, float]]]:
+        """Every scalar of steps ≥ `first_step`, grouped by step (to rebuild detectors)."""
+        rows = self._conn.execute(
+            "SELECT s.step, m.name, s.value FROM scalars s JOIN metrics m ON m.id = s.metric_id"
+            " WHERE s.step >= ? ORDER BY s.step",
+            (first_step,),
+        )
+        out: dict[int, dict[str, float]] = {}
+        for step, name, value in rows:
+            out.setdefault(step, {})[name] = _f(value)
+        return sorted(out.items())
+
+    def close(self) -> None:
+        with contextlib.suppress(sqlite3.Error):
+            self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        self._conn.close()
+
+
+def _insert_action(
+    conn: sqlite3.Connection,
+    kind: str,
+    params: Mapping[str, Any] | None,
+    reason: str,
+    source: str,
+    alert_id: int | None,
+    now: float,
+) -> Action:
+    params = action_kinds.validate(kind, params)
+    if source not in ("policy", "dashboard", "user"):
+        raise UserError(f"action source must be policy, dashboard or user, got {source!r}")
+    if not isinstance(reason, str) or not reason.strip():
+        raise UserError("an action needs a reason (one line saying why)")
+    step = conn.execute("SELECT max(step) FROM steps").fetchone()[0]
+    action_id = conn.execute(
+        "INSERT INTO actions (kind, params, reason, source, alert_id, status, step, time)"
+        " VALUES (?, ?, ?, ?, ?, 'pending', ?, ?)",
+        (kind, _json(params), reason, source, alert_id, step, now),
+    ).lastrowid
+    return Action(action_id, kind, params, reason, source, alert_id, "pending", step, now)  # type: ignore[arg-type]
+
+
+def _alerts(conn: sqlite3.Connection, where: str, args: Sequence[Any]) -> list[Alert]:
+    rows = conn.execute(
+        "SELECT id, step, detector, severity, metric, value, baseline, window_steps, factor,"
+        f" message, remedy, time, cleared_step FROM alerts WHERE 1 = 1{where} ORDER BY id",
+        args,
+    ).fetchall()
+    return [
+        Alert(
+            detector=r[2],
+            severity=r[3],
+            metric=r[4],
+            value=_f(r[5]),
+            baseline=_f(r[6]),
+            window=r[7],
+            factor=r[8],
+            message=r[9],
+            remedy=r[10],
+            id=r[0],
+            step=r[1],
+            time=r[11],
+            cleared_step=r[12],
+        )
+        for r in rows
+    ]
+
+
+def _actions(conn: sqlite3.Connection, where: str, args: Sequence[Any]) -> list[Action]:
+    rows = conn.execute(
+        "SELECT id, kind, params, reason, source, alert_id, status, step, time, resolved_step,"
+        f" resolved_time, detail FROM actions {where} ORDER BY id",
+        args,
+    ).fetchall()
+    return [Action(r[0], r[1], json.loads(r[2]), *r[3:]) for r in rows]
+
+
+def request_action(
+    run: str | os.PathLike[str],
+    kind: str,
+    params: Mapping[str, Any] | None,
+    reason: str,
+    source: Literal["dashboard", "user"] = "dashboard",
+    alert_id: int | None = None,
+    busy_timeout_s: float = 10.0,
+) -> Action:
+    """Write a pending action into a live (or finished) run's store from another process.
+
+    The dashboard's entry point: the trainer's `Monitor.pending_actions()` picks it up at
+    the next step boundary. Validated by monitor/actions.py; a same-kind pending action
+    is not duplicated (the existing one is returned).
+    """
+    path = store_path(run)
+    if not path.is_file():
+        raise UserError(f"no run store at {path}")
+    try:
+        conn = sqlite3.connect(path, timeout=busy_timeout_s, isolation_level=None)
+    except sqlite3.DatabaseError as err:
+        raise _not_a_store(path, str(err)) from None
+    try:
+        if _check_identity(conn, path) != SCHEMA_VERSION:
+            raise UserError(f"{path} has an old schema; open the run with `minirl` to migrate it")
+        action_kinds.validate(kind, params)
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            same = _actions(conn, "WHERE status = 'pending' AND kind = ?", (kind,))
+            action = (
+                same[0]
+                if same
+                else _insert_action(conn, kind, params, reason, source, alert_id, time.time())
+            )
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        return action
+    except sqlite3.OperationalError as err:
+        raise UserError(f"cannot write to {path}: {err}") from None
+    finally:
+        conn.close()
