@@ -66,15 +66,13 @@ def test_tokenizer_round_trips_one_token_per_character(tmp_path):
 
 
 def test_config_rejects_sizes_the_cpu_kernels_cannot_run():
-    from monitor.errors import UserError
-
-    with pytest.raises(UserError, match="head_dim=16"):
+    with pytest.raises(ValueError, match="head_dim=16"):
         ModelConfig(head_dim=16)
-    with pytest.raises(UserError, match="multiples of 32"):
+    with pytest.raises(ValueError, match="multiples of 32"):
         ModelConfig(expert_intermediate_size=48)
-    with pytest.raises(UserError, match="top_k=9"):
+    with pytest.raises(ValueError, match="top_k=9"):
         ModelConfig(top_k=9)
-    with pytest.raises(UserError, match="arch"):
+    with pytest.raises(ValueError, match="arch"):
         ModelConfig(arch="gpt2")
     assert parse_overrides(["hidden_size=96", "norm_topk_prob=false", "arch=qwen3"]) == {
         "hidden_size": 96,

@@ -49,7 +49,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", required=True, help="checkpoint directory to write")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args(argv)
-    cfg = ModelConfig(**{"arch": args.arch, **parse_overrides(args.set)})
+    try:
+        cfg = ModelConfig(**{"arch": args.arch, **parse_overrides(args.set)})
+    except ValueError as err:
+        raise UserError(f"model config: {err}") from None
 
     from trainer.models.build import build_tiny_checkpoint
 

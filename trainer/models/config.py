@@ -3,15 +3,15 @@
 The sizes default to the tiny Qwen3-MoE of ENGINES.md (hidden 64, 2 layers, 8 experts,
 top-2) and are checked against the CPU-kernel rules of vLLM (head_dim >= 32, MoE hidden
 and expert sizes multiples of 32), so that every engine can load the same checkpoint.
-This module builds no weights and touches no files; see `build.py`.
+This module builds no weights and touches no files; see `build.py`. Bad values raise
+ValueError naming the field (the config loader and `minirl build-model` turn it into a
+one-line UserError).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
-
-from monitor.errors import UserError
 
 Arch = Literal["qwen3_moe", "qwen3", "olmoe", "mixtral"]
 ARCHS: tuple[str, ...] = get_args(Arch)
@@ -60,38 +60,38 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         if self.arch not in ARCHS:
-            raise UserError(f"model.arch={self.arch!r}: allowed are {', '.join(ARCHS)}")
+            raise ValueError(f"arch={self.arch!r}: allowed are {', '.join(ARCHS)}")
         for name in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim"):
             if int(getattr(self, name)) < 1:
-                raise UserError(f"model.{name}={getattr(self, name)}: must be >= 1")
+                raise ValueError(f"{name}={getattr(self, name)}: must be >= 1")
         if self.head_dim not in CPU_HEAD_DIMS:
-            raise UserError(
-                f"model.head_dim={self.head_dim}: vLLM's CPU kernels need one of {CPU_HEAD_DIMS}"
+            raise ValueError(
+                f"head_dim={self.head_dim}: vLLM's CPU kernels need one of {CPU_HEAD_DIMS}"
             )
         if self.num_heads % self.num_kv_heads:
-            raise UserError(
-                f"model.num_kv_heads={self.num_kv_heads} must divide num_heads={self.num_heads}"
+            raise ValueError(
+                f"num_kv_heads={self.num_kv_heads} must divide num_heads={self.num_heads}"
             )
         if self.arch == "olmoe" and self.num_heads * self.head_dim != self.hidden_size:
-            raise UserError(
-                f"model: olmoe derives head_dim from hidden_size/num_heads; set "
+            raise ValueError(
+                f"olmoe derives head_dim from hidden_size/num_heads; set "
                 f"num_heads*head_dim == hidden_size (got {self.num_heads}*{self.head_dim} "
                 f"!= {self.hidden_size})"
             )
         if self.is_moe:
             if self.hidden_size % 32 or self.expert_intermediate_size % 32:
-                raise UserError(
-                    f"model: MoE hidden_size={self.hidden_size} and expert_intermediate_size="
+                raise ValueError(
+                    f"MoE hidden_size={self.hidden_size} and expert_intermediate_size="
                     f"{self.expert_intermediate_size} must be multiples of 32 (CPU kernel rule)"
                 )
             if not 1 <= self.top_k <= self.num_experts:
-                raise UserError(
-                    f"model.top_k={self.top_k}: must be in 1..num_experts={self.num_experts}"
+                raise ValueError(
+                    f"top_k={self.top_k}: must be in 1..num_experts={self.num_experts}"
                 )
             if self.arch == "mixtral" and not self.norm_topk_prob:
-                raise UserError("model: mixtral always renormalises top-k; norm_topk_prob=false")
+                raise ValueError("mixtral always renormalises top-k; norm_topk_prob=false")
         elif self.intermediate_size < 1:
-            raise UserError(f"model.intermediate_size={self.intermediate_size}: must be >= 1")
+            raise ValueError(f"intermediate_size={self.intermediate_size}: must be >= 1")
 
     @property
     def is_moe(self) -> bool:
