@@ -9,11 +9,12 @@ writes; schema and writer are in store.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -58,7 +59,9 @@ class RunReader:
             raise UserError(f"no run store at {self.path}")
         uri = self.path.resolve().as_uri() + "?mode=ro"
         try:
-            self._conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout_s)
+            self._conn = sqlite3.connect(
+                uri, uri=True, timeout=busy_timeout_s, isolation_level=None
+            )
         except sqlite3.DatabaseError as err:
             raise _not_a_store(self.path, str(err)) from None
         version = _check_identity(self._conn, self.path)
@@ -78,6 +81,18 @@ class RunReader:
 
     def close(self) -> None:
         self._conn.close()
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Reads inside see one committed state, even while the trainer writes."""
+        if self._conn.in_transaction:
+            yield
+            return
+        self._conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            self._conn.execute("COMMIT")
 
     def _q(self, sql: str, args: Sequence[Any] = ()) -> list[tuple]:
         try:
@@ -164,35 +179,32 @@ class RunReader:
         names = [names] if isinstance(names, str) else list(names)
         if every is not None and (isinstance(every, bool) or int(every) < 1):
             raise UserError(f"every must be an integer ≥ 1, got {every!r}")
-        ids = dict(self._q("SELECT name, id FROM metrics WHERE kind = 'scalar'"))
+        if agg not in ("sample", "mean", "min", "max"):
+            raise UserError(f"agg must be sample, mean, min or max, got {agg!r}")
         rng, rargs = self._range(start, end)
+        if every is None or every == 1:
+            sql = f"SELECT step, value FROM scalars WHERE metric_id = ?{rng} ORDER BY step"
+        elif agg == "sample":
+            sql = (
+                f"SELECT step, value FROM scalars WHERE metric_id = ?{rng}"
+                f" AND step % {int(every)} = 0 ORDER BY step"
+            )
+        else:  # NULL (NaN) values are ignored by SQL's avg/min/max
+            fn = {"mean": "avg"}.get(agg, agg)
+            sql = (
+                f"SELECT (step / {int(every)}) * {int(every)} AS b, {fn}(value)"
+                f" FROM scalars WHERE metric_id = ?{rng} GROUP BY b ORDER BY b"
+            )
         out = {}
-        for name in names:
-            if name not in ids:
-                out[name] = (np.empty(0, np.int64), np.empty(0, np.float64))
-                continue
-            args = [ids[name], *rargs]
-            if every is None or every == 1:
-                sql = f"SELECT step, value FROM scalars WHERE metric_id = ?{rng} ORDER BY step"
-            elif agg == "sample":
-                sql = (
-                    f"SELECT step, value FROM scalars WHERE metric_id = ?{rng}"
-                    f" AND step % {int(every)} = 0 ORDER BY step"
-                )
-            else:
-                if agg not in ("mean", "min", "max"):
-                    raise UserError(f"agg must be sample, mean, min or max, got {agg!r}")
-                fn = {"mean": "avg"}.get(agg, agg)
-                sql = (
-                    f"SELECT (step / {int(every)}) * {int(every)} AS b, {fn}(value)"
-                    f" FROM scalars WHERE metric_id = ?{rng} GROUP BY b ORDER BY b"
-                )
-            rows = self._q(sql, args)
-            if rows:
-                arr = np.array(rows, dtype=np.float64)  # None (NaN) -> nan
-                out[name] = (arr[:, 0].astype(np.int64), arr[:, 1])
-            else:
-                out[name] = (np.empty(0, np.int64), np.empty(0, np.float64))
+        with self.snapshot():
+            ids = dict(self._q("SELECT name, id FROM metrics WHERE kind = 'scalar'"))
+            for name in names:
+                rows = self._q(sql, [ids[name], *rargs]) if name in ids else []
+                if rows:
+                    arr = np.array(rows, dtype=np.float64)  # None (NaN) -> nan
+                    out[name] = (arr[:, 0].astype(np.int64), arr[:, 1])
+                else:
+                    out[name] = (np.empty(0, np.int64), np.empty(0, np.float64))
         return out
 
     def histograms(
@@ -265,6 +277,10 @@ class RunReader:
         return [Event(r[0], r[1], r[2], json.loads(r[3]), r[4]) for r in rows]
 
     def summary(self, stale_after_s: float = 120.0) -> RunSummary:
+        with self.snapshot():
+            return self._summary(stale_after_s)
+
+    def _summary(self, stale_after_s: float) -> RunSummary:
         meta = self.meta()
         return RunSummary(
             path=meta.path,

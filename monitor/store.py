@@ -92,7 +92,7 @@ def _v0_to_v1(conn: sqlite3.Connection) -> None:
         CREATE INDEX actions_by_status ON actions (status);
         CREATE TABLE events (id INTEGER PRIMARY KEY, step INTEGER, kind TEXT NOT NULL,
                              detail TEXT NOT NULL, time REAL NOT NULL);
-        """
+        """,
     )
 
 
@@ -115,13 +115,16 @@ def _check_identity(conn: sqlite3.Connection, path: Path) -> int:
     """The schema version of a minirl store, or UserError for anything else."""
     try:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version == 0:
-            return 0
-        row = conn.execute("SELECT value FROM meta WHERE key = 'app'").fetchone()
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if version == 0 and not tables:
+            return 0  # a new, empty database
+        row = None
+        if "meta" in tables:
+            row = conn.execute("SELECT value FROM meta WHERE key = 'app'").fetchone()
     except sqlite3.DatabaseError as err:
         raise _not_a_store(path, str(err)) from None
     if row is None or row[0] != APP_ID:
-        raise _not_a_store(path, "no minirl metadata")
+        raise _not_a_store(path, "no minirl metadata: a SQLite database of something else")
     if version > SCHEMA_VERSION:
         raise UserError(
             f"{path} has schema version {version}, newer than this minirl's "

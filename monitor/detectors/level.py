@@ -12,8 +12,6 @@ import math
 from collections import deque
 from collections.abc import Mapping
 
-import numpy as np
-
 from monitor.config import LevelRule
 from monitor.detectors.base import Gate, fmt, robust_z
 from monitor.records import AlertDraft, Cleared, Severity, severity_rank
@@ -54,7 +52,7 @@ class LevelDetector:
         z = fold = None
         base = float("nan")
         if r.z_warn is not None and len(self._base) >= max(r.warmup, 1):
-            z_raw, med, _ = robust_z(lx, np.fromiter(self._base, float), r.sigma_floor)
+            z_raw, med, _ = robust_z(lx, self._base, r.sigma_floor)
             z, fold, base = sign * z_raw, math.exp(sign * (lx - med)), math.exp(med)
         change: Severity | None = None
         if z is not None and fold >= r.min_fold:
