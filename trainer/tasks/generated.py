@@ -1,0 +1,119 @@
+"""Tasks generated on the fly: additions (short or written out) and string tasks.
+
+Each kind is a small `draw` function (a random example from an RNG) plus the size of
+its example space, so that the held-out split can be checked to be feasible. The
+written-out addition exists for the science (notes/SCIENCE.md): the sequence-level IS
+weight is a product over tokens, so a lab needs responses of tens of tokens, not three.
+Formats were chosen and measured for a tiny char-level MoE (bench/coldstart_bench.py).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+from monitor.errors import UserError
+from trainer.tasks.base import Example, Task, in_heldout
+from trainer.tasks.config import TaskConfig
+from trainer.tasks.verifiers import Verifier
+
+ANSWER_MARKER = ">"
+LETTERS = "abcdefghijklmnopqrstuvwxyz"
+MAX_TRIES_PER_EXAMPLE = 1000  # rejection sampling of one side of the split
+
+
+def add_trace_target(a: int, b: int) -> str:
+    """The written-out sum, least significant digit first, one fixed-width step per
+    digit (`x+y+carry=two-digit sum`), then the marker and the answer:
+    347+685 -> `7+5+0=12,4+8+1=13,3+6+1=10>1032`."""
+    steps, carry = [], 0
+    for x, y in zip(reversed(str(a)), reversed(str(b)), strict=True):
+        total = int(x) + int(y) + carry
+        steps.append(f"{x}+{y}+{carry}={total:02d}")
+        carry = total // 10
+    return ",".join(steps) + ANSWER_MARKER + str(a + b)
+
+
+def _operand(rng: random.Random, digits: int) -> int:
+    return rng.randint(0 if digits == 1 else 10 ** (digits - 1), 10**digits - 1)
+
+
+def _draw_add(rng: random.Random, digits: int) -> Example:
+    a, b = _operand(rng, digits), _operand(rng, digits)
+    return Example(f"{a}+{b}=", str(a + b), str(a + b))
+
+
+def _draw_add_trace(rng: random.Random, digits: int) -> Example:
+    a, b = _operand(rng, digits), _operand(rng, digits)
+    return Example(f"{a}+{b}=", add_trace_target(a, b), str(a + b))
+
+
+def _draw_reverse(rng: random.Random, digits: int) -> Example:
+    s = "".join(rng.choice(LETTERS) for _ in range(digits))
+    return Example(f"{s}=", s[::-1], s[::-1])
+
+
+def _draw_sort(rng: random.Random, digits: int) -> Example:
+    s = "".join(rng.choice("0123456789") for _ in range(digits))
+    return Example(f"{s}=", "".join(sorted(s)), "".join(sorted(s)))
+
+
+def _operands(digits: int) -> int:
+    return 10 if digits == 1 else 9 * 10 ** (digits - 1)
+
+
+# kind -> (draw, number of distinct prompts, longest target in characters)
+KINDS: dict[
+    str, tuple[Callable[[random.Random, int], Example], Callable[[int], int], Callable[[int], int]]
+] = {
+    "add": (_draw_add, lambda d: _operands(d) ** 2, lambda d: d + 1),
+    "add_trace": (_draw_add_trace, lambda d: _operands(d) ** 2, lambda d: 9 * d + d + 1),
+    "reverse": (_draw_reverse, lambda d: len(LETTERS) ** d, lambda d: d),
+    "sort": (_draw_sort, lambda d: 10**d, lambda d: d),
+}
+
+
+class GeneratedTask(Task):
+    """An endless generated task with a fixed held-out split (see base.in_heldout)."""
+
+    def __init__(self, cfg: TaskConfig, verifier: Verifier):
+        super().__init__(verifier)
+        self.cfg = cfg
+        self._draw, space, longest = KINDS[cfg.kind]
+        self.space = space(cfg.digits)
+        self._longest = longest(cfg.digits)
+        self.answer_marker = ANSWER_MARKER if cfg.kind == "add_trace" else None
+        # Expect ≈ space·frac held-out prompts: ask for at most half of them, so that
+        # drawing distinct ones stays fast.
+        if self.space * cfg.heldout_frac < 2 * cfg.heldout_size:
+            raise UserError(
+                f"task: {cfg.kind} with digits={cfg.digits} has {self.space} distinct prompts, "
+                f"too few for heldout_size={cfg.heldout_size} at heldout_frac="
+                f"{cfg.heldout_frac} (needs space*frac >= 2*heldout_size); raise digits"
+            )
+        self._heldout: list[Example] | None = None
+
+    def _draw_side(self, rng: random.Random, heldout: bool) -> Example:
+        for _ in range(MAX_TRIES_PER_EXAMPLE):
+            ex = self._draw(rng, self.cfg.digits)
+            if in_heldout(ex.prompt, self.cfg.seed, self.cfg.heldout_frac) == heldout:
+                return ex
+        raise RuntimeError("split rejection sampling did not terminate")  # frac in (0,1)
+
+    def heldout(self) -> list[Example]:
+        if self._heldout is None:
+            rng = random.Random(f"heldout:{self.cfg.kind}:{self.cfg.digits}:{self.cfg.seed}")
+            seen: dict[str, Example] = {}
+            while len(seen) < self.cfg.heldout_size:
+                ex = self._draw_side(rng, heldout=True)
+                seen.setdefault(ex.prompt, ex)
+            self._heldout = list(seen.values())
+        return list(self._heldout)
+
+    def sample_train(self, k: int, seed: int) -> list[Example]:
+        rng = random.Random(f"train:{self.cfg.kind}:{self.cfg.digits}:{self.cfg.seed}:{seed}")
+        return [self._draw_side(rng, heldout=False) for _ in range(k)]
+
+    @property
+    def max_target_chars(self) -> int:
+        return self._longest

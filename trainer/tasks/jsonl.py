@@ -1,0 +1,96 @@
+"""A user's dataset: JSON lines of {"prompt": ..., "answer": ..., "target"?: ...}.
+
+Read eagerly and checked line by line, so that a bad line stops the run before any
+training with a message naming the file and line. Without an eval file, the held-out
+split is made by the same prompt hash as for generated tasks. It does not tokenise.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+from monitor.errors import UserError
+from trainer.tasks.base import Example, Task, in_heldout
+from trainer.tasks.config import TaskConfig
+from trainer.tasks.verifiers import Verifier
+
+KEYS = {"prompt", "answer", "target"}
+
+
+def read_jsonl(path: str | Path) -> list[Example]:
+    """Every line of a JSONL dataset as an Example; UserError names the bad line."""
+    path = Path(path).expanduser()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"task dataset {path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise UserError(f"task dataset {path}: cannot read ({err})") from None
+    out = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"task dataset {path}, line {lineno}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise UserError(f"{where}: not valid JSON ({err.msg})") from None
+        if not isinstance(row, dict):
+            raise UserError(f"{where}: expected an object with prompt and answer")
+        unknown = set(row) - KEYS
+        if unknown:
+            raise UserError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: {sorted(KEYS)}")
+        for key in ("prompt", "answer"):
+            if key not in row:
+                raise UserError(f"{where}: missing {key!r}")
+        for key, value in row.items():
+            if not isinstance(value, str) or (key == "prompt" and not value):
+                raise UserError(f"{where}: {key!r} must be a non-empty string, got {value!r}")
+        out.append(Example(row["prompt"], row.get("target", row["answer"]), row["answer"]))
+    if not out:
+        raise UserError(f"task dataset {path}: no examples")
+    return out
+
+
+class JsonlTask(Task):
+    """A finite dataset: training draws from it with replacement across steps."""
+
+    def __init__(self, cfg: TaskConfig, verifier: Verifier):
+        super().__init__(verifier)
+        self.cfg = cfg
+        train = read_jsonl(cfg.train_path)
+        if cfg.eval_path is not None:
+            heldout = read_jsonl(cfg.eval_path)
+            held_prompts = {ex.prompt for ex in heldout}
+            train = [ex for ex in train if ex.prompt not in held_prompts]
+        else:
+            split = [in_heldout(ex.prompt, cfg.seed, cfg.heldout_frac) for ex in train]
+            heldout = [ex for ex, h in zip(train, split, strict=True) if h]
+            train = [ex for ex, h in zip(train, split, strict=True) if not h]
+        if not train:
+            raise UserError(
+                f"task dataset {cfg.train_path}: no training examples left after "
+                "removing the held-out prompts"
+            )
+        if not heldout:
+            raise UserError(
+                f"task dataset {cfg.train_path}: the held-out split is empty; "
+                "give task.eval_path or raise task.heldout_frac"
+            )
+        self.train = train
+        self._heldout = heldout[: cfg.heldout_size]
+
+    def heldout(self) -> list[Example]:
+        return list(self._heldout)
+
+    def sample_train(self, k: int, seed: int) -> list[Example]:
+        rng = random.Random(f"train:jsonl:{self.cfg.seed}:{seed}")
+        if k <= len(self.train):
+            return rng.sample(self.train, k)
+        return [rng.choice(self.train) for _ in range(k)]
+
+    @property
+    def max_target_chars(self) -> int:
+        return max(len(ex.target) for ex in self.train + self._heldout)
