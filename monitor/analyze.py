@@ -1,0 +1,274 @@
+"""Post-hoc analysis of a run: collapse onset, precursors ranked by lead, the factor first broken.
+
+Definitions, stated once (they are what `minirl analyze` reports):
+
+Outcome. The first of OUTCOME_METRICS logged with at least MIN_POINTS finite values
+(training accuracy or reward per step; held-out accuracy as a fallback), unless chosen.
+
+Collapse. The outcome is smoothed by a centred running median over w = clip(n/25, 5, 51)
+logged points (odd). peak = the maximum of the smoothed curve; final = the median of the
+last w raw values. Using the monitor's own drop rule (config `reward_collapse`, or
+`eval_collapse` for eval/acc), the run collapsed when the peak gained at least
+`min_peak_gain` over `zero` (a policy that learned nothing) and the final level has lost
+at least `crit_drop` of that gain: (peak − final) / (peak − zero) ≥ crit_drop.
+
+Onset. The first step after the peak from which the smoothed outcome stays below
+peak − ONSET_FRAC · (peak − final) until the end: where a fifth of the fall is done.
+
+Precursor. Every other metric (not the outcome's family, not perf/*) is tested against
+its own pre-onset baseline: the first half of the steps before the onset. On log scale
+for a positive metric (as the detectors do), else raw: z = (x − median) / max(1.4826·MAD,
+floor). The metric moved at the first step after the baseline where |z| ≥ Z_MOVED for
+PERSIST consecutive points (a non-finite value counts as infinitely far). lead = onset −
+moved; precursors are the metrics that moved at or before the onset, ranked by lead.
+
+Factor first broken. The factor of the IS decomposition (train_inference for ρ_t,
+staleness for r_t, routing inside either; DESIGN.md) of the earliest-moving precursor
+among those factors' metrics; the factor of each metric comes from the detector rule
+watching it, else from its namespace.
+
+Not here: the HTML rendering (analyze_report.py) and the CLI (analyze_cli.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from monitor.config import DropRule, LevelRule, MonitorConfig
+from monitor.reader import RunReader
+
+OUTCOME_METRICS = ("reward/acc", "reward/mean", "eval/acc")
+MIN_POINTS = 20
+ONSET_FRAC = 0.2
+Z_MOVED = 5.0
+PERSIST = 3
+MIN_BASELINE = 8
+IS_FACTORS = ("train_inference", "staleness", "routing")
+_PREFIX_FACTOR = {
+    "mismatch/": "train_inference",
+    "is/": "train_inference",  # w = ρ·r; its cap applies to ρ by default (DESIGN.md)
+    "staleness/": "staleness",
+    "routing/": "routing",
+    "approx/": "approximation",
+    "policy/": "optimisation",
+    "optim/": "optimisation",
+    "response/": "outcome",
+    "reward/": "outcome",
+    "eval/": "outcome",
+}
+_NOT_PRECURSORS = ("perf/",)
+
+
+@dataclass(frozen=True)
+class Onset:
+    metric: str
+    step: int
+    peak_step: int
+    peak: float
+    final: float
+    drop: float
+    """(peak − final) / (peak − zero): the share of the gain that was lost."""
+
+
+@dataclass(frozen=True)
+class Precursor:
+    metric: str
+    factor: str | None
+    moved_step: int
+    lead: int
+    """Steps from the move to the onset (0 = moved at the onset)."""
+    direction: str
+    """'up' or 'down' (on the metric's own scale)."""
+    z: float
+    """|z| at the move (inf for a non-finite value)."""
+    baseline: float
+    value: float
+    log_scale: bool
+
+
+@dataclass
+class Analysis:
+    run: str
+    run_id: str
+    first_step: int | None
+    last_step: int | None
+    outcome: str | None
+    onset: Onset | None
+    precursors: list[Precursor] = field(default_factory=list)
+    first_factor: str | None = None
+    baseline_end: int | None = None
+    """Precursor baselines use the steps before this one."""
+    alerts: list[Any] = field(default_factory=list)
+    actions: list[Any] = field(default_factory=list)
+    events: list[Any] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    series: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
+    """Every scalar of the run, for the report's charts."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able data (NaN and inf as strings), without the raw series."""
+
+        def clean(value: Any) -> Any:
+            if isinstance(value, float) and not math.isfinite(value):
+                return str(value)
+            if isinstance(value, dict):
+                return {k: clean(v) for k, v in value.items()}
+            if isinstance(value, list | tuple):
+                return [clean(v) for v in value]
+            return value
+
+        out = {k: v for k, v in dataclasses.asdict(self).items() if k != "series"}
+        out["collapsed"] = self.onset is not None
+        return clean(out)
+
+
+# ------------------------------------------------------------------------ the maths
+
+
+def running_median(x: np.ndarray, w: int) -> np.ndarray:
+    """Centred running median of odd width w, the window shrinking at the ends."""
+    half = w // 2
+    padded = np.pad(x, half, mode="constant", constant_values=np.nan)
+    windows = np.lib.stride_tricks.sliding_window_view(padded, w)
+    return np.nanmedian(windows, axis=1)
+
+
+def smoothing_width(n: int) -> int:
+    w = int(np.clip(n // 25, 5, 51))
+    return w if w % 2 else w + 1
+
+
+def find_onset(steps: np.ndarray, values: np.ndarray, metric: str, rule: DropRule) -> Onset | None:
+    """The collapse onset of one outcome series (module docstring), or None."""
+    ok = np.isfinite(values)
+    steps, values = steps[ok], values[ok]
+    if len(values) < MIN_POINTS:
+        return None
+    w = smoothing_width(len(values))
+    smooth = running_median(values, w)
+    p = int(np.argmax(smooth))
+    peak, final = float(smooth[p]), float(np.median(values[-w:]))
+    gain = peak - rule.zero
+    if gain < rule.min_peak_gain or (peak - final) / gain < rule.crit_drop:
+        return None
+    below = smooth < peak - ONSET_FRAC * (peak - final)
+    # the first index after the peak from which `below` holds to the end
+    tail_ok = np.flip(np.logical_and.accumulate(np.flip(below)))
+    idx = np.nonzero(tail_ok[p:])[0]
+    if len(idx) == 0:
+        return None
+    return Onset(metric, int(steps[p + idx[0]]), int(steps[p]), peak, final, (peak - final) / gain)
+
+
+def moved_at(
+    steps: np.ndarray, values: np.ndarray, baseline_end: int, z_moved: float = Z_MOVED
+) -> tuple[int, float, float, float, bool] | None:
+    """(step, z, baseline, value, log_scale) of the first persistent move after the
+    baseline (steps < baseline_end), or None."""
+    base = values[(steps < baseline_end) & np.isfinite(values)]
+    if len(base) < MIN_BASELINE:
+        return None
+    log_scale = bool(np.all(base > 0))
+    tf = (lambda v: np.log(np.maximum(v, 1e-300))) if log_scale else (lambda v: v)
+    tb = tf(base)
+    med = float(np.median(tb))
+    mad = float(np.median(np.abs(tb - med)))
+    floor = 0.05 if log_scale else max(0.01 * abs(med), 1e-12)
+    scale = max(1.4826 * mad, floor)
+    after = steps >= baseline_end
+    s_after, v_after = steps[after], values[after]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        z = np.where(np.isfinite(v_after), (tf(v_after) - med) / scale, np.inf)
+    big = np.abs(z) >= z_moved
+    # the first index that starts PERSIST consecutive moves
+    runs = np.convolve(big.astype(int), np.ones(PERSIST, int), mode="valid")
+    hits = np.nonzero(runs == PERSIST)[0]
+    if len(hits) == 0:
+        return None
+    j = int(hits[0])
+    baseline = float(np.exp(med)) if log_scale else med
+    return int(s_after[j]), float(z[j]), baseline, float(v_after[j]), log_scale
+
+
+def factor_of(metric: str, config: MonitorConfig) -> str | None:
+    """The factor a detector rule assigns to `metric`, else the namespace's."""
+    for f in dataclasses.fields(config.detectors):
+        rule = getattr(config.detectors, f.name)
+        if isinstance(rule, LevelRule) and rule.metric == metric:
+            return rule.factor
+    return next((fac for pre, fac in _PREFIX_FACTOR.items() if metric.startswith(pre)), None)
+
+
+# ------------------------------------------------------------------------ the run
+
+
+def analyze_run(
+    run: str, outcome: str | None = None, config: MonitorConfig | None = None
+) -> Analysis:
+    """Read a run store and analyse it (see the module docstring)."""
+    config = config or MonitorConfig()
+    with RunReader(run) as reader, reader.snapshot():
+        meta = reader.meta()
+        names = reader.metric_names()
+        series = reader.scalars(names)
+        steps = reader.steps()
+        result = Analysis(
+            run=str(run), run_id=meta.run_id,
+            first_step=int(steps[0]) if len(steps) else None,
+            last_step=int(steps[-1]) if len(steps) else None,
+            outcome=None, onset=None,
+            alerts=[dataclasses.asdict(a) for a in reader.alerts()],
+            actions=[dataclasses.asdict(a) for a in reader.actions()],
+            events=[dataclasses.asdict(e) for e in reader.events()],
+            series=series,
+        )  # fmt: skip
+    if outcome is not None and outcome not in series:
+        from monitor.errors import UserError
+
+        raise UserError(f"metric {outcome!r} is not in {run}; it has: {', '.join(names)}")
+    candidates = [outcome] if outcome else list(OUTCOME_METRICS)
+    for name in candidates:
+        if name in series and np.isfinite(series[name][1]).sum() >= MIN_POINTS:
+            result.outcome = name
+            break
+    if result.outcome is None:
+        result.notes.append(
+            f"no outcome metric with ≥ {MIN_POINTS} values ({', '.join(candidates)}): "
+            "collapse onset not assessed"
+        )
+        return result
+    drops = config.detectors
+    rule = drops.eval_collapse if result.outcome == "eval/acc" else drops.reward_collapse
+    result.onset = find_onset(*series[result.outcome], result.outcome, rule)
+    if result.onset is None:
+        result.notes.append(f"no collapse: {result.outcome} kept at least half of its gain")
+        return result
+
+    onset = result.onset.step
+    pre = steps[steps < onset]
+    if len(pre) < 2 * MIN_BASELINE:
+        result.notes.append(f"only {len(pre)} steps before the onset: too few for a baseline")
+        return result
+    baseline_end = result.baseline_end = int(pre[len(pre) // 2])
+    family = result.outcome.split("/")[0] + "/"
+    for name, (s, v) in series.items():
+        if name.startswith(family) or name.startswith(_NOT_PRECURSORS):
+            continue
+        moved = moved_at(s, v, baseline_end)
+        if moved is None or moved[0] > onset:
+            continue
+        step, z, base, value, log_scale = moved
+        direction = "non-finite" if not math.isfinite(value) else "up" if z > 0 else "down"
+        result.precursors.append(
+            Precursor(name, factor_of(name, config), step, onset - step, direction, abs(z),
+                      base, value, log_scale)
+        )  # fmt: skip
+    result.precursors.sort(key=lambda p: (-p.lead, -p.z, p.metric))
+    first = next((p for p in result.precursors if p.factor in IS_FACTORS), None)
+    result.first_factor = first.factor if first else None
+    return result

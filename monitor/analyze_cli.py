@@ -1,0 +1,82 @@
+"""`minirl analyze RUN [--json] [--html FILE]`: post-hoc analysis of a run directory.
+
+Prints the collapse onset (if any), the precursors ranked by how early they moved, the
+factor of the IS weight that broke first, and the run's alerts and actions; `--json`
+prints the same as JSON, `--html FILE` writes a self-contained report with charts.
+Definitions: monitor/analyze.py. Works on imported runs (`minirl import`) too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from monitor.errors import UserError
+
+
+def _text(a) -> str:  # a: Analysis
+    lines = [f"run {a.run} ({a.run_id}), steps {a.first_step}..{a.last_step}"]
+    if a.onset is not None:
+        o = a.onset
+        lines.append(
+            f"collapse: {o.metric} fell from {o.peak:.4g} (peak at step {o.peak_step}) to "
+            f"{o.final:.4g}, {o.drop:.0%} of its gain lost; onset at step {o.step}"
+        )
+        lines.append(f"factor of the IS weight that broke first: {a.first_factor or 'none found'}")
+        lines.append(f"precursors ({len(a.precursors)}), earliest first:")
+        for p in a.precursors:
+            lines.append(
+                f"  {p.lead:>6} steps before  {p.metric:<34} {p.direction:<10} moved at step "
+                f"{p.moved_step} (|z| {p.z:.3g}; {p.value:.4g} vs baseline {p.baseline:.4g})"
+                f"  [{p.factor or '-'}]"
+            )
+    else:
+        lines.append("no collapse found")
+    lines += [f"note: {n}" for n in a.notes]
+    lines.append(f"alerts ({len(a.alerts)}):")
+    for al in a.alerts:
+        lines.append(
+            f"  step {al['step']:>6}  {al['severity']:<8} {al['detector']:<28} {al['message']}"
+        )
+    lines.append(f"actions ({len(a.actions)}):")
+    for ac in a.actions:
+        lines.append(
+            f"  #{ac['id']} step {ac['step']}  {ac['kind']} {json.dumps(ac['params'])}  "
+            f"[{ac['status']}] {ac['reason']}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="minirl analyze",
+        description="Collapse onset, precursors ranked by lead, alerts and actions of a run.",
+    )
+    parser.add_argument("run", type=Path, help="run directory (or its store file)")
+    parser.add_argument("--json", action="store_true", help="print the analysis as JSON")
+    parser.add_argument("--html", type=Path, metavar="FILE", help="write an HTML report")
+    parser.add_argument(
+        "--metric", help="outcome metric (default: reward/acc, reward/mean, eval/acc)"
+    )
+    args = parser.parse_args(argv)
+
+    from monitor.analyze import analyze_run
+
+    analysis = analyze_run(str(args.run), outcome=args.metric)
+    if args.html:
+        from monitor.analyze_report import render_html
+
+        try:
+            args.html.write_text(render_html(analysis), encoding="utf-8")
+        except OSError as err:
+            raise UserError(f"cannot write {args.html}: {err}") from None
+    if args.json:
+        json.dump(analysis.to_dict(), sys.stdout, indent=2)
+        print()
+    else:
+        print(_text(analysis))
+        if args.html:
+            print(f"report: {args.html}")
+    return 0

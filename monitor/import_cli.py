@@ -1,0 +1,98 @@
+"""`minirl import FILE --format jsonl|csv|tensorboard --out RUN_DIR`: a foreign log as a run.
+
+Reads another trainer's log (monitor/importers), renames the peers' metrics onto ours
+(importers/names.py; unknown names are kept), and writes the steps in order through
+`Monitor`, so the imported run gets the same store, detectors and alerts as one of ours and
+`minirl analyze` / the dashboard read it unchanged. Garbage lines are counted, skipped and
+summarised; a missing file, or one with no readable value at all, is a UserError.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from monitor.errors import UserError
+from monitor.importers import FORMATS, Parsed, guess_format, parse
+from monitor.importers.names import canonical_name
+
+
+def rename(row: dict[str, float], renamed: dict[str, str]) -> dict[str, float]:
+    """Peer names -> ours. If two peer names land on one of ours, the first wins and the
+    other keeps its own name (nothing is dropped). `renamed` collects what was mapped."""
+    out: dict[str, float] = {}
+    for name, value in row.items():
+        target = canonical_name(name)
+        if target != name and (target in out or target in row):
+            target = name
+        if target != name:
+            renamed[name] = target
+        out[target] = value
+    return out
+
+
+def _summary(parsed: Parsed) -> str:
+    skipped = f"{parsed.garbage} garbage {parsed.unit}(s) of {parsed.units} skipped"
+    if parsed.examples:
+        skipped += " (" + "; ".join(parsed.examples) + ")"
+    return skipped
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="minirl import",
+        description="Import a foreign training log (JSONL, CSV, TensorBoard) into a run store.",
+    )
+    parser.add_argument("file", type=Path, help="log file (or a TensorBoard log directory)")
+    parser.add_argument("--format", choices=FORMATS, help="default: from the file name")
+    parser.add_argument("--out", type=Path, required=True, help="new run directory")
+    parser.add_argument(
+        "--keep-names", action="store_true", help="do not rename peers' metrics onto ours"
+    )
+    args = parser.parse_args(argv)
+
+    if not args.file.exists():
+        raise UserError(f"no such file: {args.file}")
+    fmt = args.format or guess_format(args.file)
+    if fmt is None:
+        raise UserError(f"cannot tell the format of {args.file}; pass --format {'|'.join(FORMATS)}")
+    if args.file.is_dir() and fmt != "tensorboard":
+        raise UserError(f"{args.file} is a directory; only --format tensorboard reads directories")
+    try:
+        parsed = parse(args.file, fmt)
+    except (OSError, UnicodeError) as err:
+        raise UserError(f"cannot read {args.file}: {err}") from None
+    if parsed.n_values == 0:
+        raise UserError(f"no metric values found in {args.file} as {fmt}: {_summary(parsed)}")
+
+    from monitor.monitor import Monitor
+
+    renamed: dict[str, str] = {}
+    steps = sorted(parsed.rows)
+    rows = {step: parsed.rows[step] if args.keep_names else rename(parsed.rows[step], renamed)
+            for step in steps}  # fmt: skip
+    provenance = {"imported_from": str(args.file.resolve()), "format": fmt}
+    n_alerts = 0
+    with Monitor(args.out, config=provenance) as mon:
+        mon.event("import", {**provenance, "garbage": parsed.garbage, "renamed": renamed})
+        for i, step in enumerate(steps, start=1):
+            n_alerts += len(mon.log(step, rows[step]))
+            if sys.stderr.isatty() and i % 1000 == 0:
+                print(f"\r  {i}/{len(steps)} steps", end="", file=sys.stderr)
+    names = {name for row in rows.values() for name in row}
+    print(
+        f"imported {len(steps)} steps, {parsed.n_values} values of {len(names)} metrics "
+        f"from {args.file} ({fmt}) into {args.out}; {n_alerts} alert(s) raised"
+    )
+    if renamed:
+        pairs = ", ".join(f"{a} -> {b}" for a, b in sorted(renamed.items()))
+        print(f"renamed {len(renamed)} metric(s) onto minirl's names: {pairs}")
+    if parsed.garbage:
+        print(f"warning: {_summary(parsed)}", file=sys.stderr)
+    if parsed.non_numeric:
+        print(f"note: {parsed.non_numeric} non-numeric field(s) ignored", file=sys.stderr)
+    if parsed.overwritten:
+        print(f"note: {parsed.overwritten} repeated (step, metric) value(s); the last kept",
+              file=sys.stderr)  # fmt: skip
+    return 0
