@@ -192,7 +192,9 @@ def _ppo(ratio, factor, adv, eps_low, eps_high, clip: bool):
 def _gspo(logp, log_r, mask, factor, adv, c: LossConfig):
     """sg[f(ρ)] · min(s Â, clip(s) Â) with s_i = (Π_t r_t)^(1/|y_i|): GSPO (arXiv 2507.18071)
     in its GSPO-token form s_{i,t} = sg[s_i] · π_θ(y_t)/sg[π_θ(y_t)], whose value and
-    gradient equal sequence-level GSPO's under seq-mean-token-mean."""
+    gradient equal sequence-level GSPO's under seq-mean-token-mean. A token-level IS factor
+    then weighs each token's own gradient (as verl's rollout correction does); a
+    sequence-level one (seq_tis, seq_mis) keeps GSPO's gradient exactly."""
     lengths = mask.sum(dim=1, keepdim=True).clamp(min=1)  # [B, 1]
     log_s = log_r.sum(dim=1, keepdim=True) / lengths  # [B, 1] log s_i
     s_tok = torch.exp(log_s.detach() + logp - logp.detach())  # [B, T], value s_i

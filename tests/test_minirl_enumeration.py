@@ -131,12 +131,14 @@ def test_first_order_gap_vanishes_at_pi_equals_mu_and_shrinks_linearly():
         got, stats = _token_surrogate_gradient(theta, old, mu, reward, LossConfig())
         assert stats["staleness/mask_frac"] == 0  # the mask must not hide the comparison
         gaps.append(float(torch.linalg.vector_norm(got - true0)))
-    table = ", ".join(f"δ={d}: gap={g:.3e} gap/δ={g / d:.4f}" for d, g in zip(DELTAS, gaps))
-    ratios = [g / d for g, d in zip(gaps, DELTAS)]
-    assert all(a > b for a, b in zip(gaps, gaps[1:])), f"gap not decreasing: {table}"
+    ratios = [g / d for g, d in zip(gaps, DELTAS, strict=True)]
+    table = ", ".join(
+        f"δ={d}: gap={g:.3e} gap/δ={q:.4f}" for d, g, q in zip(DELTAS, gaps, ratios, strict=True)
+    )
+    assert all(a > b for a, b in itertools.pairwise(gaps)), f"gap not decreasing: {table}"
     assert max(ratios) / min(ratios) < 1.05, f"gap/δ not bounded: {table}"
     # first order, not faster: halving δ halves the gap (an O(δ²) gap would quarter it)
-    halvings = [a / b for a, b in zip(gaps, gaps[1:])]
+    halvings = [a / b for a, b in itertools.pairwise(gaps)]
     assert all(1.9 < h < 2.1 for h in halvings), f"gap not linear in δ: {table}"
     assert gaps[-1] < 0.01 * float(torch.linalg.vector_norm(true0)), table
 
@@ -155,7 +157,9 @@ def test_length_normalised_variant_does_not_converge_to_the_true_gradient():
         got, _ = _token_surrogate_gradient(theta, old, mu, reward, config)
         rel_gaps.append(float(torch.linalg.vector_norm(got - true0)) / norm0)
         cos = float(torch.nn.functional.cosine_similarity(got.flatten(), true0.flatten(), dim=0))
-    table = ", ".join(f"δ={d}: rel gap={g:.3f}" for d, g in zip((*DELTAS, 0.0), rel_gaps))
+    table = ", ".join(
+        f"δ={d}: rel gap={g:.3f}" for d, g in zip((*DELTAS, 0.0), rel_gaps, strict=True)
+    )
     assert min(rel_gaps) > 0.2, f"length-norm converged: {table}"
     assert rel_gaps[-1] > 0.9 * rel_gaps[-2], f"length-norm gap shrinks with δ: {table}"
     assert cos < 0.999, f"length-norm is only a rescaling (cos={cos:.6f}): {table}"
