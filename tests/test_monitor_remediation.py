@@ -1,0 +1,250 @@
+"""The remediation policy (DESIGN.md's table), its limits, its audit trail in the store,
+and the action kinds' validation (monitor/actions.py)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from monitor import Monitor, MonitorConfig, RunReader, UserError
+from monitor.actions import KINDS, apply_to_controls, validate
+from monitor.config import RemediationConfig
+from monitor.records import Action, Alert
+from monitor.remediation import RemediationPolicy
+
+CONTROLS = {
+    "is_policy": "none", "is_cap": 5.0, "clip": True, "eps_low": 0.2, "eps_high": 0.27,
+    "routing_replay": "none", "mini_batches": 1, "length_norm": False, "lr": 3e-4, "moe": True,
+}  # fmt: skip
+
+
+def alert(
+    detector="train_inference_kl", factor="train_inference", severity="warning", step=10, id=1
+):
+    return Alert(
+        detector=detector, severity=severity, metric="m", value=1.0, baseline=0.1, window=50,
+        factor=factor, message="m = 1 (10× baseline)", remedy="r", id=id, step=step,
+    )  # fmt: skip
+
+
+def decide(alerts, controls=CONTROLS, history=(), open_alerts=(), step=10, **cfg):
+    policy = RemediationPolicy(RemediationConfig(**cfg))
+    drafts = policy.decide(step, alerts, controls, list(history), open_alerts)
+    return [(d.kind, d.params) for d in drafts], policy.skipped
+
+
+def with_(**kw):
+    return {**CONTROLS, **kw}
+
+
+def test_train_inference_mismatch_turns_is_on_then_tightens_then_masks():
+    assert decide([alert()])[0] == [("set_is_correction", {"enabled": True, "cap": 5.0})]
+    on = with_(is_policy="token_tis", is_cap=5.0)
+    assert decide([alert()], on)[0] == [("set_is_policy", {"policy": "token_tis", "cap": 2.5})]
+    tight = with_(is_policy="seq_tis", is_cap=2.5)  # 2.5 × 0.5 < min_cap 2 → band masking
+    assert decide([alert()], tight)[0] == [
+        ("set_is_policy", {"policy": "icepop", "band": [0.5, 5.0]})
+    ]
+    assert decide([alert()], with_(is_policy="icepop"))[0] == []  # nothing left to automate
+
+
+def test_routing_replay_by_off_policy_degree():
+    r = alert("routing_stale", "routing")
+    assert decide([r], with_(mini_batches=1))[0] == []  # on-policy: R2 no-op, R3 no gain
+    assert decide([r], with_(mini_batches=2))[0] == [("set_routing_replay", {"mode": "R2"})]
+    assert decide([r], with_(mini_batches=4))[0] == [("set_routing_replay", {"mode": "R3"})]
+    assert decide([r], with_(mini_batches=8))[0] == [("set_routing_replay", {"mode": "R3"})]
+    upgrade = with_(mini_batches=2, routing_replay="R2")  # R2 did not suffice
+    assert decide([r], upgrade)[0] == [("set_routing_replay", {"mode": "R3"})]
+    assert decide([r], with_(mini_batches=4, routing_replay="R3"))[0] == []
+
+
+def test_staleness_turns_clipping_on_then_halves_mini_batches():
+    s = alert("staleness_kl", "staleness")
+    clip_on = ("set_clip", {"enabled": True, "eps_low": 0.2, "eps_high": 0.27})
+    assert decide([s], with_(clip=False, mini_batches=4))[0] == [clip_on]
+    assert decide([s], with_(mini_batches=4))[0] == [("set_mini_batches", {"n": 2})]
+    assert decide([s], with_(mini_batches=1))[0] == []
+
+
+def test_approximation_residual_and_length_normalisation():
+    a = alert("approx_residual", "approximation")
+    assert decide([a])[0] == [("set_is_correction", {"enabled": True, "cap": 5.0})]
+    assert decide([a], with_(is_policy="token_tis", mini_batches=4))[0] == [
+        ("set_mini_batches", {"n": 2})
+    ]
+    # length normalisation is switched off on any alert, before the factor's own fix
+    got = decide([alert()], with_(length_norm=True))[0]
+    assert got == [
+        ("set_length_norm", {"enabled": False}),
+        ("set_is_correction", {"enabled": True, "cap": 5.0}),
+    ]
+
+
+def test_collapse_rolls_back_fixes_the_factor_that_broke_first_and_lowers_lr():
+    early_routing = alert("routing_stale", "routing", step=3, id=1)
+    later_is = alert("train_inference_kl", "train_inference", step=7, id=2)
+    crash = alert("reward_collapse", "outcome", "critical", step=10, id=3)
+    kinds, _ = decide([crash], with_(mini_batches=4), open_alerts=[later_is, early_routing])
+    assert kinds == [
+        ("rollback", {}),
+        ("set_routing_replay", {"mode": "R3"}),  # routing opened first (step 3)
+        ("scale_lr", {"factor": 0.5}),
+    ]
+    # no breakdown alert open: the approximation recipe (IS off → IS on)
+    kinds, _ = decide([alert("nonfinite", "optimisation", "critical")])
+    assert kinds == [
+        ("rollback", {}),
+        ("set_is_correction", {"enabled": True, "cap": 5.0}),
+        ("scale_lr", {"factor": 0.5}),
+    ]
+    # a warning from a collapse detector is not a collapse; nor is a critical breakdown
+    assert decide([alert("reward_collapse", "outcome", "warning")])[0] == []
+    assert decide([alert(severity="critical")])[0][0][0] == "set_is_correction"
+
+
+def test_info_alerts_never_act():
+    assert decide([alert(severity="info")])[0] == []
+    assert decide([alert(severity="warning")], min_severity="critical")[0] == []
+
+
+def past(kind, step, status="applied", source="policy", id=1):
+    return Action(id, kind, {}, "earlier", source, None, status, step, 0.0)
+
+
+def test_limits_pending_attempts_cooldown_and_rollbacks():
+    a = [alert()]
+    kinds, skipped = decide(
+        a, history=[past("set_is_correction", 5, status="pending", source="dashboard")]
+    )
+    assert kinds == [] and "already pending" in skipped[0]["why"]
+    three = [past("set_is_correction", s, id=i) for i, s in enumerate([0, 100, 200])]
+    kinds, skipped = decide(a, history=three, step=400)
+    assert kinds == [] and "limit of 3" in skipped[0]["why"]
+    kinds, skipped = decide(a, history=[past("set_is_correction", 0)], step=49)
+    assert kinds == [] and "cooldown" in skipped[0]["why"]
+    assert decide(a, history=[past("set_is_correction", 0)], step=50)[0] != []
+    # requests from the dashboard do not use up the policy's attempts
+    assert decide(
+        a, history=[past("set_is_correction", s, source="dashboard") for s in (0, 1, 2)], step=300
+    )[0]
+    crash = [alert("nonfinite", "optimisation", "critical")]
+    two = [past("rollback", 0, id=1), past("rollback", 100, id=2)]
+    kinds, skipped = decide(crash, history=two, step=500)
+    assert ("rollback", {}) not in kinds and any("rollback" in s["why"] for s in skipped)
+    assert ("scale_lr", {"factor": 0.5}) in kinds  # the rest of the recipe still goes
+
+
+def _healthy_step(i: int, kl: float) -> dict[str, float]:
+    noise = 1.0 + 0.05 * math.sin(1.7 * i)  # deterministic wobble
+    return {"mismatch/kl_k1": kl * noise, "reward/mean": 0.5, "optim/grad_norm": noise}
+
+
+def test_monitor_remediation_is_off_by_default(tmp_path):
+    mon = Monitor(tmp_path / "r", controls=CONTROLS)
+    alerts = []
+    for i in range(60):
+        alerts += mon.log(i, _healthy_step(i, 0.5 if i == 40 else 1e-3))
+    assert [a.detector for a in alerts] == ["train_inference_kl"]
+    assert mon.pending_actions() == []
+    mon.close()
+
+
+def test_monitor_loop_acts_applies_and_audits(tmp_path):
+    cfg = MonitorConfig.from_dict({"remediation": {"cooldown_steps": 30}})
+    mon = Monitor(tmp_path / "r", controls=CONTROLS, monitor_config=cfg, remediation=True)
+    applied = []
+    for i in range(200):
+        spike = i in (40, 41, 100, 101, 160, 161)
+        mon.log(i, _healthy_step(i, 0.5 if spike else 1e-3))
+        for action in mon.pending_actions():  # the trainer's side of the contract
+            mon.resolve(action.id, "applied", f"applied at step {i}")
+            applied.append((i, action.kind, action.params))
+    assert applied == [
+        (40, "set_is_correction", {"enabled": True, "cap": 5.0}),
+        (100, "set_is_policy", {"policy": "token_tis", "cap": 2.5}),
+        (160, "set_is_policy", {"policy": "icepop", "band": [0.5, 5.0]}),
+    ]
+    assert mon.controls["is_policy"] == "icepop" and mon.controls["is_band"] == [0.5, 5.0]
+    mon.close()
+    with RunReader(tmp_path / "r") as r:
+        actions = r.actions()
+        assert [a.status for a in actions] == ["applied"] * 3
+        alerts = {a.id: a for a in r.alerts()}
+        for a in actions:
+            assert a.source == "policy" and a.alert_id in alerts
+            assert alerts[a.alert_id].detector == "train_inference_kl"
+            assert a.reason.startswith("train_inference_kl (critical)")
+        assert r.meta().controls["is_policy"] == "icepop"
+
+
+def test_limits_survive_a_resume(tmp_path):
+    cfg = MonitorConfig.from_dict({"remediation": {"max_attempts": 1, "cooldown_steps": 0}})
+    mon = Monitor(tmp_path / "r", controls=CONTROLS, monitor_config=cfg, remediation=True)
+    for i in range(50):
+        mon.log(i, _healthy_step(i, 0.5 if i == 30 else 1e-3))
+    (first,) = mon.pending_actions()
+    mon.resolve(first.id, "rejected", "the user said no")
+    mon.close()
+    mon = Monitor(tmp_path / "r", monitor_config=cfg, remediation=True, resume=True)
+    for i in range(50, 100):
+        mon.log(i, _healthy_step(i, 0.5 if i == 80 else 1e-3))
+    assert mon.pending_actions() == []  # the one attempt was used before the resume
+    mon.close()
+    with RunReader(tmp_path / "r") as r:
+        skipped = r.events("remediation_skipped")
+        assert skipped and "limit of 1" in skipped[-1].detail["why"]
+
+
+# --------------------------------------------------------------------------- action kinds
+
+
+def test_every_kind_validates_and_applies_to_controls():
+    cases = {
+        "set_is_correction": ({"enabled": True, "cap": 3},
+                              {"is_policy": "token_tis", "is_cap": 3.0}),
+        "set_is_policy": ({"policy": "seq_mis", "band": (0.5, 2)},
+                          {"is_policy": "seq_mis", "is_band": [0.5, 2.0]}),
+        "set_clip": ({"enabled": True, "eps_high": 0.3}, {"eps_high": 0.3}),
+        "set_routing_replay": ({"mode": "R3"}, {"routing_replay": "R3"}),
+        "set_mini_batches": ({"n": 2}, {"mini_batches": 2}),
+        "set_length_norm": ({"enabled": True}, {"length_norm": True}),
+        "scale_lr": ({"factor": 0.5}, {"lr": 3e-4 * 0.5}),
+        "rollback": ({"step": 40}, {}),
+        "stop": ({}, {}),
+    }  # fmt: skip
+    assert set(cases) == set(KINDS)
+    for kind, (params, changed) in cases.items():
+        after = apply_to_controls(CONTROLS, kind, params)
+        diff = {k: v for k, v in after.items() if CONTROLS.get(k) != v}
+        assert diff == changed, kind
+    assert CONTROLS["is_policy"] == "none"  # the input is never mutated
+
+
+@pytest.mark.parametrize(
+    ("kind", "params", "msg"),
+    [
+        ("set_is_correction", {}, "missing param"),
+        ("set_is_correction", {"enabled": 1}, "true or false"),
+        ("set_is_correction", {"enabled": True, "cap": 1.0}, "cap must be > 1"),
+        ("set_is_policy", {"policy": "magic"}, "must be one of"),
+        ("set_is_policy", {"policy": "icepop", "band": [2, 5]}, r"band\[0\] must be in \(0, 1\)"),
+        ("set_is_policy", {"policy": "icepop", "band": [0.5]}, "band must be"),
+        ("set_is_policy", {"policy": "none", "cap": 5}, "takes no cap"),
+        ("set_clip", {"enabled": True, "eps_low": 1.5}, "eps_low must be in"),
+        ("set_routing_replay", {"mode": "R4"}, "must be one of"),
+        ("set_mini_batches", {"n": 1.5}, "integer"),
+        ("set_mini_batches", {"n": True}, "integer"),
+        ("scale_lr", {"factor": 0}, r"in \(0, 10\]"),
+        ("scale_lr", {"factor": 11}, r"in \(0, 10\]"),
+        ("scale_lr", {"factor": math.nan}, r"in \(0, 10\]"),
+        ("rollback", {"step": -1}, "≥ 0"),
+        ("stop", {"now": True}, "unknown param"),
+        ("explode", {}, "unknown action kind"),
+    ],
+)
+def test_bad_actions_are_one_line_errors(kind, params, msg):
+    with pytest.raises(UserError, match=msg) as err:
+        validate(kind, params)
+    assert "\n" not in str(err.value)
