@@ -90,7 +90,9 @@ def yaml_load(text: str) -> Any:
 
 def yaml_dump(data: Any) -> str:
     """Dump plain data as block YAML, keys in their given order, readable by yaml_load."""
-    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False)
+    return yaml.dump(
+        data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True
+    )
 
 
 # ---------------------------------------------------------------------------- data -> dataclass

@@ -19,11 +19,12 @@ class TaskConfig:
     """A task: prompts, the full target each one should be answered with (for the cold
     start), and a verifier giving reward 1 to a correct final answer, else 0."""
 
-    kind: Kind = "add_trace"
-    """add: `347+685=` -> `1032` (a few tokens). add_trace: the same sum written out
-    digit by digit with its carries, then the answer (~30-50 tokens at 3-4 digits: long
-    enough to stress the first-order approximation). reverse: a string of `digits`
-    letters, reversed. sort: `digits` digits, sorted. jsonl: a user dataset (train_path)."""
+    kind: Kind = "add"
+    """add: `347+685=` -> `1032` (a few tokens; fits the default sampling cap of 16).
+    add_trace: the same sum written out digit by digit with its carries, then the answer
+    (10*digits+1 characters: long enough to stress the first-order approximation; raise
+    sampling.max_new_tokens to match). reverse: a string of `digits` letters, reversed.
+    sort: `digits` digits, sorted. jsonl: a user dataset (train_path)."""
     digits: int = 3
     """Difficulty: digits per operand (add, add_trace) or string length (reverse, sort)."""
     seed: int = 0
