@@ -79,7 +79,7 @@ def _precursor_figure(a: Analysis) -> Any:
 
     shown = a.precursors[:MAX_PRECURSOR_CHARTS]
     fig = make_subplots(
-        rows=len(shown), cols=1, shared_xaxes=True, vertical_spacing=0.04,
+        rows=len(shown), cols=1, shared_xaxes=True, vertical_spacing=0.25 / len(shown),
         subplot_titles=[f"{p.metric} — moved {p.lead} steps before the onset" for p in shown],
     )  # fmt: skip
     for row, p in enumerate(shown, start=1):
@@ -96,7 +96,7 @@ def _precursor_figure(a: Analysis) -> Any:
             fig.update_yaxes(type="log", row=row, col=1)
     fig.update_layout(
         title="Precursors (grey: baseline; orange: moved; red: onset)",
-        height=max(300, 180 * len(shown)),
+        height=max(320, 220 * len(shown)),
     )
     return fig
 
@@ -130,7 +130,9 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
         return "<p><em>none</em></p>"
 
     def cell(value: Any) -> str:
-        if isinstance(value, float):
+        if value is None:
+            value = "—"
+        elif isinstance(value, float):
             value = f"{value:.4g}"
         elif isinstance(value, dict | list):
             value = json.dumps(value)

@@ -1,0 +1,226 @@
+"""`minirl analyze`: onset and precursor maths on hand-derived series, then a recorded
+collapsing run (written through Monitor) end to end, its JSON and HTML, and bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from monitor.analyze import analyze_run, find_onset, moved_at, running_median
+from monitor.config import MonitorConfig
+from monitor.monitor import Monitor
+
+ROOT = Path(__file__).resolve().parents[1]
+RULE = MonitorConfig().detectors.reward_collapse
+
+
+# ------------------------------------------------------------------------------ maths
+
+
+def test_running_median_matches_a_plain_loop():
+    x = np.random.default_rng(0).normal(size=57)
+    x[[3, 20]] = np.nan
+    w = 7
+    expected = []
+    for i in range(len(x)):
+        window = [v for v in x[max(0, i - 3) : i + 4] if not math.isnan(v)]
+        expected.append(statistics.median(window))
+    np.testing.assert_allclose(running_median(x, w), expected)
+
+
+def test_onset_of_a_step_fall_is_the_step():
+    # 0.5 for steps 0..49, 0 after: peak 0.5 (first at step 0), final 0, all gain lost;
+    # the running median (w = 5) first drops below 0.5 − 0.2·0.5 at step 50 exactly.
+    steps = np.arange(100)
+    values = np.where(steps < 50, 0.5, 0.0)
+    onset = find_onset(steps, values, "reward/mean", RULE)
+    assert onset is not None
+    assert (onset.step, onset.peak_step, onset.peak, onset.final, onset.drop) == (50, 0, 0.5, 0, 1)
+
+
+def test_no_onset_without_a_fall_or_without_a_gain():
+    rng = np.random.default_rng(1)
+    steps = np.arange(200)
+    noisy_plateau = 0.5 + rng.normal(0, 0.05, 200)
+    assert find_onset(steps, noisy_plateau, "reward/mean", RULE) is None
+    # never learned: peak − zero below min_peak_gain, whatever happens after
+    flat_zero = np.where(steps < 100, RULE.min_peak_gain / 2, 0.0)
+    assert find_onset(steps, flat_zero, "reward/mean", RULE) is None
+    # lost less than crit_drop of the gain: 0.6 → 0.4 is a third
+    mild = np.where(steps < 100, 0.6, 0.4)
+    assert find_onset(steps, mild, "reward/mean", RULE) is None
+    # too short to say
+    assert find_onset(steps[:10], np.zeros(10), "reward/mean", RULE) is None
+
+
+def test_moved_at_finds_a_persistent_shift_on_log_scale():
+    steps = np.arange(100)
+    wobble = 1 + 0.01 * np.sin(steps)  # |log| wobble < 0.01, so the σ floor (0.05) rules
+    values = 2.0 * wobble
+    values[60:] *= 3.0  # log 3 / 0.05 ≈ 22 σ
+    step, z, baseline, value, log_scale = moved_at(steps, values, baseline_end=40)
+    assert (step, log_scale, value) == (60, True, 6.0 * wobble[60])
+    assert z == pytest.approx(math.log(3 * wobble[60]) / 0.05, rel=0.05)
+    assert baseline == pytest.approx(2.0, rel=0.01)
+    # a single spike (or two) does not persist
+    spiky = 2.0 * wobble
+    spiky[[60, 61, 80]] *= 3.0
+    assert moved_at(steps, spiky, baseline_end=40) is None
+    # signed metrics are tested raw; a fall is a move too
+    signed = np.where(steps < 70, 0.0, -1.0) + 0.01 * np.sin(steps)
+    assert moved_at(steps, signed, baseline_end=40)[:1] == (70,)
+    # non-finite values are infinitely far from any baseline
+    broken = 2.0 * wobble
+    broken[[50, 51, 52]] = np.nan
+    step, z, *_ = moved_at(steps, broken, baseline_end=40)
+    assert step == 50 and math.isinf(z)
+
+
+# ------------------------------------------------------------------------------ a run
+
+
+def collapsing_stream(n: int = 300, collapse: bool = True, seed: int = 0):
+    """Reward climbs 0.2 → 0.6, then (collapse) falls to 0.05 over steps 220-240.
+    Mismatch KL starts growing at step 150 (the cause), entropy falls from step 205,
+    the gradient norm spikes at 230 (a consequence); staleness never moves."""
+    rng = np.random.default_rng(seed)
+    for t in range(n):
+        reward = min(0.2 + 0.4 * t / 100, 0.6)
+        kl = 1e-3 * math.exp(rng.normal(0, 0.1))
+        entropy = math.exp(rng.normal(0, 0.03))
+        grad_norm = math.exp(rng.normal(0, 0.1))
+        if collapse:
+            if t >= 220:
+                reward = max(0.6 - 0.55 * (t - 220) / 20, 0.05)
+            if t >= 150:
+                kl *= math.exp((t - 150) / 15)
+            if t >= 205:
+                entropy *= math.exp(-(t - 205) / 10)
+            if t == 230:
+                grad_norm *= 20
+        yield (
+            t,
+            {
+                "reward/mean": float(np.clip(reward + rng.normal(0, 0.03), 0, 1)),
+                "mismatch/kl_k1": kl,
+                "policy/entropy": entropy,
+                "staleness/kl_k3": 1e-4 * math.exp(rng.normal(0, 0.1)),
+                "optim/grad_norm": grad_norm,
+                "perf/step_s": 0.4 + rng.normal(0, 0.05),
+            },
+        )
+
+
+def record(run_dir: Path, collapse: bool) -> Path:
+    with Monitor(run_dir, remediation=True) as mon:
+        for step, scalars in collapsing_stream(collapse=collapse):
+            mon.log(step, scalars)
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def collapsed_run(tmp_path_factory) -> Path:
+    return record(tmp_path_factory.mktemp("runs") / "collapsed", collapse=True)
+
+
+def test_analyze_finds_the_onset_and_ranks_the_cause_first(collapsed_run):
+    a = analyze_run(str(collapsed_run))
+    assert a.outcome == "reward/mean"
+    # a fifth of the 0.55 fall is done at step 220 + 20·0.2 = 224
+    assert a.onset is not None and 220 <= a.onset.step <= 230
+    assert a.onset.final < 0.1 and a.onset.drop > 0.8
+    names = [p.metric for p in a.precursors]
+    assert names[:2] == ["mismatch/kl_k1", "policy/entropy"]
+    kl, entropy = a.precursors[:2]
+    assert 150 <= kl.moved_step <= 175 and kl.direction == "up" and kl.factor == "train_inference"
+    assert 205 <= entropy.moved_step <= 215 and entropy.direction == "down"
+    assert kl.lead == a.onset.step - kl.moved_step > entropy.lead > 0
+    # the spike after the onset, the quiet factor and timing are not precursors
+    assert not {"optim/grad_norm", "staleness/kl_k3", "perf/step_s"} & set(names)
+    assert a.first_factor == "train_inference"
+    assert any(al["detector"] == "train_inference_kl" for al in a.alerts)
+    assert any(al["detector"] == "reward_collapse" for al in a.alerts)
+    assert a.actions and all(ac["status"] == "pending" for ac in a.actions)
+
+
+def test_a_healthy_run_has_no_onset(tmp_path):
+    a = analyze_run(str(record(tmp_path / "healthy", collapse=False)))
+    assert a.onset is None and a.precursors == [] and a.first_factor is None
+    assert any("no collapse" in n for n in a.notes)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    code = (
+        "import sys; from trainer.cli import main; rc = main(sys.argv[1:]); "
+        "assert 'torch' not in sys.modules, 'torch loaded'; sys.exit(rc)"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=ROOT
+    )
+
+
+def test_cli_json_and_html(collapsed_run, tmp_path):
+    report = tmp_path / "report.html"
+    out = _cli("analyze", str(collapsed_run), "--json", "--html", str(report))
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    expected = analyze_run(str(collapsed_run))
+    assert data["collapsed"] is True
+    assert data["onset"]["step"] == expected.onset.step
+    assert [p["metric"] for p in data["precursors"]] == [p.metric for p in expected.precursors]
+    assert data["first_factor"] == "train_inference"
+    assert len(data["alerts"]) == len(expected.alerts) and data["actions"]
+    page = report.read_text()
+    assert page.startswith("<!DOCTYPE html>")
+    assert "<script src=" not in page  # plotly.js inlined: opens offline
+    assert page.count("Plotly.newPlot") == 3  # outcome, precursors, IS factors
+    assert f"onset at step {expected.onset.step}" in page
+    text = _cli("analyze", str(collapsed_run))
+    assert text.returncode == 0 and "mismatch/kl_k1" in text.stdout
+    assert "factor of the IS weight that broke first: train_inference" in text.stdout
+
+
+def test_cli_bad_run_is_one_clear_line(tmp_path):
+    out = _cli("analyze", str(tmp_path / "nope"))
+    assert out.returncode == 2
+    assert "no run store" in out.stderr and "Traceback" not in out.stderr
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    from monitor.store import store_path
+
+    store_path(fake).write_bytes(b"this is not a database at all" * 100)
+    out = _cli("analyze", str(fake))
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_cli_unknown_outcome_metric(collapsed_run):
+    out = _cli("analyze", str(collapsed_run), "--metric", "reward/nope")
+    assert out.returncode == 2 and "reward/nope" in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(
+    shutil.which("chromium") is None, reason="chromium missing: apt-get install -y chromium"
+)
+def test_html_report_renders_offline_in_a_real_browser(collapsed_run, tmp_path):
+    from monitor.analyze_report import render_html
+
+    report = tmp_path / "report.html"
+    report.write_text(render_html(analyze_run(str(collapsed_run))))
+    dom = subprocess.run(
+        ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=10000",
+         "--dump-dom", report.as_uri()],
+        capture_output=True, text=True, timeout=120,
+    ).stdout  # fmt: skip
+    assert dom.count('class="main-svg"') >= 3, dom[-2000:]  # Plotly drew the charts
