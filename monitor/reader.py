@@ -38,6 +38,7 @@ from monitor.store import (
     _actions,
     _alerts,
     _check_identity,
+    _f,
     _not_a_store,
     store_path,
 )
@@ -206,6 +207,23 @@ class RunReader:
                 else:
                     out[name] = (np.empty(0, np.int64), np.empty(0, np.float64))
         return out
+
+    def rows(
+        self, start: int | None = None, end: int | None = None
+    ) -> Iterator[tuple[int, str, float]]:
+        """Every scalar as (step, name, value), ordered by step then name, streamed (one
+        snapshot; for exports of long runs without holding them in memory)."""
+        rng, args = self._range(start, end)
+        sql = (
+            "SELECT s.step, m.name, s.value FROM scalars s JOIN metrics m ON m.id = s.metric_id"
+            f" WHERE 1 = 1{rng.replace('step', 's.step')} ORDER BY s.step, m.name"
+        )
+        with self.snapshot():
+            try:
+                for step, name, value in self._conn.execute(sql, args):
+                    yield step, name, _f(value)
+            except sqlite3.DatabaseError as err:
+                raise _not_a_store(self.path, str(err)) from None
 
     def histograms(
         self, name: str, start: int | None = None, end: int | None = None, every: int | None = None

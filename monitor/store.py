@@ -10,7 +10,8 @@ writer loses at most the step it was writing; the file stays readable. Readers u
 read-only URI and a busy timeout, so they never block the writer nor fail on its locks.
 
 Values: scalars are REAL; ±inf are stored as IEEE infinities and NaN as NULL (SQLite
-has no NaN), so NULL in `scalars.value` means NaN and reads back as NaN.
+has no NaN), so NULL in `scalars.value` means NaN and reads back as NaN. SQLite keeps
+no sign on zero: −0.0 reads back as 0.0.
 
 Schema (version in `PRAGMA user_version`; `MIGRATIONS[v]` upgrades v → v+1 when a writer
 opens an older store):
