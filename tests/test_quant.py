@@ -100,6 +100,7 @@ def test_which_weights_are_rounded():
 def test_activation_quant_rounds_projection_inputs_and_is_removable():
     import transformers
 
+    torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(ModelConfig().hf_config(99, 0, 1, 2))
     ids = torch.randint(3, 99, (2, 7))
     seen = []
@@ -115,4 +116,5 @@ def test_activation_quant_rounds_projection_inputs_and_is_removable():
     x = seen[0].reshape(-1, seen[0].shape[-1])
     assert torch.equal(quant.round_fp8(x, "fp8_e4m3"), x)  # already on the FP8 grid
     assert not torch.equal(out, ref) and torch.equal(again, ref)
-    assert (out - ref).abs().max() < 0.05 * ref.abs().max()
+    # e4m3 keeps 3 mantissa bits (relative rounding error <= 2^-4 per element)
+    assert (out - ref).norm() < 0.1 * ref.norm()
