@@ -1,0 +1,336 @@
+"""`minirl import`: each format into a run store, peers' names mapped onto ours, malformed
+input counted and skipped, hopeless input refused. TensorBoard files come from a real
+writer (tensorboardX and the protobuf library), never from our own parser's inverse."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from monitor.importers.names import PEER_NAMES, canonical_name
+from monitor.importers.tensorboard import parse_tensorboard
+from monitor.reader import RunReader
+from trainer.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def cli(capsys):
+    """`minirl ...` in-process (fast); the torch-free check runs it in a subprocess below."""
+
+    def run(*args: str) -> Result:
+        capsys.readouterr()
+        code = main(list(args))
+        out, err = capsys.readouterr()
+        return Result(code, out, err)
+
+    return run
+
+
+@pytest.fixture
+def imp(cli, tmp_path):
+    def run(file: Path, *extra: str) -> tuple[Result, Path]:
+        out_dir = tmp_path / f"run-{file.name}"
+        return cli("import", str(file), "--out", str(out_dir), *extra), out_dir
+
+    return run
+
+
+def _series(run: Path) -> dict[str, dict[int, float]]:
+    with RunReader(run) as reader:
+        return {
+            name: dict(zip(s.tolist(), v.tolist(), strict=True))
+            for name, (s, v) in reader.scalars(reader.metric_names()).items()
+        }
+
+
+# ------------------------------------------------------------------------------ names
+
+
+def test_peer_names_map_onto_ours_and_unknown_names_stay():
+    assert canonical_name("rollout_corr/kl") == "mismatch/kl_k1"  # verl
+    assert canonical_name("actor/pg_clipfrac") == "staleness/mask_frac"
+    assert canonical_name("sampling/importance_sampling_ratio/max") == "mismatch/ratio_max"  # TRL
+    assert canonical_name("train/sampling/importance_sampling_ratio/min") == "mismatch/ratio_min"
+    assert canonical_name("train/entropy") == "policy/entropy"  # TRL through HF's prefix
+    assert canonical_name("train/train_rollout_logprob_abs_diff") == "mismatch/logprob_abs_diff"
+    assert canonical_name("mismatch_kl/mean") == "mismatch/kl_k3"  # prime-rl (k3 estimator)
+    assert canonical_name("entropy") == "policy/entropy"
+    assert canonical_name("my/own_metric") == "my/own_metric"
+    assert canonical_name("train/something_else") == "train/something_else"
+    # every target is in our namespaces
+    prefixes = ("mismatch/", "staleness/", "policy/", "optim/", "reward/", "response/", "perf/")
+    assert all(target.startswith(prefixes) for target in PEER_NAMES.values())
+
+
+# ------------------------------------------------------------------------------ JSONL
+
+
+def test_jsonl_wandb_history_with_trl_names(tmp_path, cli, imp):
+    log = tmp_path / "history.jsonl"
+    rows = [
+        {"_step": s, "_runtime": 3.5 * s, "train/entropy": 1.0 - 0.01 * s,
+         "train/sampling/importance_sampling_ratio/mean": 0.99, "train/reward": 0.1 * s,
+         "train/epoch": 0.01 * s, "custom/thing": s, "text": "ignored"}
+        for s in range(30)
+    ]  # fmt: skip
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out, run = imp(log)
+    assert out.returncode == 0, out.stderr
+    series = _series(run)
+    assert series["policy/entropy"][29] == pytest.approx(0.71)
+    assert series["mismatch/ratio_mean"][0] == 0.99
+    assert series["reward/mean"][10] == pytest.approx(1.0)
+    assert series["custom/thing"][7] == 7 and "train/epoch" in series
+    assert "_runtime" not in series and "text" not in series
+    assert "train/entropy -> policy/entropy" in out.stdout
+    assert "imported 30 steps" in out.stdout and "1 non-numeric" not in out.stdout
+    assert "30 non-numeric field(s) ignored" in out.stderr
+
+
+def test_jsonl_verl_file_logger_long_format_and_trainer_state(tmp_path, cli, imp):
+    verl = tmp_path / "verl.jsonl"
+    verl.write_text(
+        "".join(
+            json.dumps({"step": s, "data": {"rollout_corr/kl": 1e-3 * s, "actor/entropy": 0.5}})
+            + "\n"
+            for s in range(1, 6)
+        )
+    )
+    out, run = imp(verl)
+    assert out.returncode == 0, out.stderr
+    assert _series(run)["mismatch/kl_k1"] == {s: pytest.approx(1e-3 * s) for s in range(1, 6)}
+
+    long = tmp_path / "export.jsonl"  # what `minirl export --format jsonl` writes
+    long.write_text(
+        "".join(json.dumps({"step": s, "name": "reward/mean", "value": s / 10}) + "\n"
+                for s in range(4))
+    )  # fmt: skip
+    out, run = imp(long)
+    assert out.returncode == 0, out.stderr
+    assert _series(run) == {"reward/mean": {0: 0.0, 1: 0.1, 2: 0.2, 3: 0.3}}
+
+    state = tmp_path / "trainer_state.json"  # HF Trainer / TRL checkpoint file
+    history = [
+        {"step": s, "loss": 0.1, "clip_ratio/region_mean": 0.02, "epoch": 0.1} for s in (5, 10)
+    ]
+    state.write_text(json.dumps({"global_step": 10, "log_history": history}, indent=2))
+    out, run = imp(state)
+    assert out.returncode == 0, out.stderr
+    series = _series(run)
+    assert series["staleness/mask_frac"] == {5: 0.02, 10: 0.02}
+    assert series["optim/loss"] == {5: 0.1, 10: 0.1}
+
+
+def test_jsonl_garbage_is_counted_and_skipped(tmp_path, cli, imp):
+    log = tmp_path / "mixed.jsonl"
+    lines = [json.dumps({"step": s, "entropy": 0.5, "loss": float("nan")}) for s in range(10)]
+    lines[3] = "{not json"
+    lines[5] = json.dumps({"no_step_here": 1})
+    lines[7] = json.dumps([1, 2, 3])
+    lines.insert(8, json.dumps({"step": -4, "entropy": 1}))
+    log.write_text("\n".join(lines) + "\n\n")
+    out, run = imp(log)
+    assert out.returncode == 0, out.stderr
+    assert "4 garbage line(s) of 11 skipped" in out.stderr
+    assert "line 4: not JSON" in out.stderr and "line 6: no step" in out.stderr
+    series = _series(run)
+    assert sorted(series["policy/entropy"]) == [0, 1, 2, 4, 6, 8, 9]
+    assert all(np.isnan(v) for v in series["optim/loss"].values())  # NaN is data, kept
+
+
+def test_hopeless_input_is_refused(tmp_path, cli, imp):
+    garbage = tmp_path / "garbage.jsonl"
+    garbage.write_text("hello\nworld\n{\n")
+    out, run = imp(garbage)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "no metric values found" in out.stderr and "3 garbage line(s)" in out.stderr
+    assert not run.exists()
+    out, _ = imp(tmp_path / "missing.jsonl")
+    assert out.returncode == 2 and "no such file" in out.stderr
+    noext = tmp_path / "log.txt"
+    noext.write_text("x")
+    out, _ = imp(noext)
+    assert out.returncode == 2 and "--format" in out.stderr
+    binary = tmp_path / "events.out.tfevents.123.host"
+    binary.write_bytes(bytes(range(256)) * 8)
+    out, _ = imp(binary)
+    assert out.returncode == 2 and "no metric values found" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_existing_run_is_not_overwritten(tmp_path, cli, imp):
+    log = tmp_path / "a.jsonl"
+    log.write_text(json.dumps({"step": 0, "loss": 1.0}) + "\n")
+    out, run = imp(log)
+    assert out.returncode == 0
+    again = cli("import", str(log), "--out", str(run))
+    assert again.returncode == 2 and "already holds a run" in again.stderr
+    assert _series(run) == {"optim/loss": {0: 1.0}}
+
+
+# ------------------------------------------------------------------------------ CSV
+
+
+def test_csv_wide_long_tsv_and_wandb_chart_export(tmp_path, cli, imp):
+    wide = tmp_path / "history.csv"
+    wide.write_text(
+        "_step,actor/entropy,rollout_corr/k3_kl,note,_timestamp\n"
+        "0,0.9,0.001,ok,1\n"
+        "1,,0.002,ok,2\n"  # an empty cell is a missing value
+        "2,0.8,bad,ok,3\n"  # a non-numeric cell is skipped
+        "x,0.7,0.003,ok,4\n"  # garbage: step
+        "4,0.6\n"  # garbage: field count
+        "5,0.5,NaN,ok,6\n"
+    )
+    out, run = imp(wide)
+    assert out.returncode == 0, out.stderr
+    series = _series(run)
+    assert series["policy/entropy"] == {0: 0.9, 2: 0.8, 5: 0.5}
+    assert list(series["mismatch/kl_k3"])[:2] == [0, 1] and np.isnan(series["mismatch/kl_k3"][5])
+    assert "2 garbage row(s) of 6 skipped" in out.stderr and "row 5" in out.stderr
+
+    long = tmp_path / "export.csv"
+    long.write_text("step,name,value\n0,reward/mean,0.5\n1,reward/mean,0.25\n1,eval/acc,0.3\n")
+    out, run = imp(long)
+    assert out.returncode == 0, out.stderr
+    assert _series(run) == {"reward/mean": {0: 0.5, 1: 0.25}, "eval/acc": {1: 0.3}}
+
+    tsv = tmp_path / "log.tsv"
+    tsv.write_text("step\tgrad_norm\n0\t1.5\n1\t2.5\n")
+    out, run = imp(tsv)
+    assert out.returncode == 0, out.stderr
+    assert _series(run) == {"optim/grad_norm": {0: 1.5, 1: 2.5}}
+
+    chart = tmp_path / "chart.csv"  # W&B panel export: run prefix and min/max envelopes
+    chart.write_text(
+        "Step,grpo-7 - train/entropy,grpo-7 - train/entropy__MIN,grpo-7 - train/entropy__MAX\n"
+        "10,0.4,0.3,0.5\n20,0.35,0.3,0.4\n"
+    )
+    out, run = imp(chart)
+    assert out.returncode == 0, out.stderr
+    assert _series(run) == {"policy/entropy": {10: 0.4, 20: 0.35}}
+
+
+def test_csv_without_a_step_column_is_refused(tmp_path, cli, imp):
+    table = tmp_path / "nostep.csv"
+    table.write_text("a,b\n1,2\n3,4\n")
+    out, _ = imp(table)
+    assert out.returncode == 2 and "no step column" in out.stderr and "Traceback" not in out.stderr
+
+
+# ------------------------------------------------------------------------------ TensorBoard
+
+
+def _write_events(log_dir: Path) -> None:
+    """Scalars as tensorboardX writes them (simple_value), one tag as TF2 writes them
+    (a one-element tensor, plugin metadata on the first event only), plus a histogram
+    and a text summary that must be ignored."""
+    from tensorboardX import SummaryWriter
+    from tensorboardX.proto.summary_pb2 import Summary, SummaryMetadata
+    from tensorboardX.proto.tensor_pb2 import TensorProto
+    from tensorboardX.proto.tensor_shape_pb2 import TensorShapeProto
+
+    writer = SummaryWriter(str(log_dir))
+    for step in range(20):
+        writer.add_scalar("actor/entropy", 1.0 / (step + 1), step)
+        writer.add_scalar("critic/score/mean", 0.05 * step, step)
+        tensor = TensorProto(dtype=2, double_val=[step * 0.125], tensor_shape=TensorShapeProto())
+        value = Summary.Value(tag="rollout_corr/kl", tensor=tensor)
+        if step == 0:
+            value.metadata.CopyFrom(
+                SummaryMetadata(plugin_data=SummaryMetadata.PluginData(plugin_name="scalars"))
+            )
+        writer._get_file_writer().add_summary(Summary(value=[value]), step)
+    writer.add_histogram("weights", np.arange(10.0), 3)
+    writer.add_text("notes", "hello", 3)
+    writer.close()
+
+
+def test_tensorboard_event_files(tmp_path, cli, imp):
+    _write_events(tmp_path / "tb")
+    out, run = imp(tmp_path / "tb", "--format", "tensorboard")
+    assert out.returncode == 0, out.stderr
+    series = _series(run)
+    assert set(series) == {"policy/entropy", "reward/mean", "mismatch/kl_k1"}
+    # simple_value is float32 on disk; the tensor scalars are float64
+    assert series["policy/entropy"] == {s: float(np.float32(1.0 / (s + 1))) for s in range(20)}
+    assert series["reward/mean"][19] == float(np.float32(0.05 * 19))
+    assert series["mismatch/kl_k1"] == {s: s * 0.125 for s in range(20)}
+    (event_file,) = (tmp_path / "tb").glob("events.out.tfevents.*")
+    out = cli("import", str(event_file), "--out", str(tmp_path / "single"))
+    assert out.returncode == 0, out.stderr  # a single file, format from its name
+
+
+def test_tensorboard_corruption_is_counted_not_fatal(tmp_path, cli, imp):
+    _write_events(tmp_path / "tb")
+    (event_file,) = (tmp_path / "tb").glob("events.out.tfevents.*")
+    data = bytearray(event_file.read_bytes())
+    clean = parse_tensorboard(event_file)
+    assert clean.garbage == 0
+    # flip the last payload byte of record 10 (a scalar): its CRC fails, the rest is read
+    pos = 0
+    for _ in range(10):  # TFRecord framing: u64 length, u32 crc, payload, u32 crc
+        pos += 8 + 4 + int.from_bytes(data[pos : pos + 8], "little") + 4
+    data[pos + 8 + 4 + int.from_bytes(data[pos : pos + 8], "little") - 1] ^= 0xFF
+    # and cut the file in the middle of its last record
+    corrupt = tmp_path / "events.out.tfevents.corrupt"
+    corrupt.write_bytes(bytes(data[:-7]))
+    parsed = parse_tensorboard(corrupt)
+    assert parsed.garbage == 2, parsed.examples
+    assert any("checksum" in e for e in parsed.examples)
+    assert any("truncated" in e for e in parsed.examples)
+    assert parsed.n_values == clean.n_values - 1  # the histogram/text tail held no scalar
+    out, _ = imp(corrupt)
+    assert out.returncode == 0 and "2 garbage record(s)" in out.stderr
+
+
+# ------------------------------------------------------------------------------ then analyze
+
+
+def test_an_imported_collapse_is_analysed(tmp_path, cli, imp):
+    log = tmp_path / "verl.jsonl"
+    rng = np.random.default_rng(3)
+    rows = []
+    for s in range(120):
+        score = 0.6 if s < 80 else 0.05
+        kl = 1e-3 * (1.0 if s < 60 else 30.0) * float(np.exp(rng.normal(0, 0.05)))
+        rows.append({"step": s, "data": {"critic/score/mean": score + rng.normal(0, 0.01),
+                                         "rollout_corr/kl": kl}})  # fmt: skip
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out, run = imp(log)
+    assert out.returncode == 0, out.stderr
+    analysis = cli("analyze", str(run), "--json")
+    assert analysis.returncode == 0, analysis.stderr
+    data = json.loads(analysis.stdout)
+    assert data["outcome"] == "reward/mean" and data["onset"]["step"] == 80
+    assert data["precursors"][0]["metric"] == "mismatch/kl_k1"
+    assert data["precursors"][0]["moved_step"] == 60 and data["first_factor"] == "train_inference"
+
+
+def test_import_cli_does_not_load_torch(tmp_path):
+    log = tmp_path / "a.jsonl"
+    log.write_text(json.dumps({"step": 0, "loss": 1.0}) + "\n")
+    code = (
+        "import sys; from trainer.cli import main; rc = main(sys.argv[1:]); "
+        "assert 'torch' not in sys.modules, 'torch loaded'; sys.exit(rc)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, "import", str(log), "--out", str(tmp_path / "r")],
+        capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
