@@ -46,6 +46,28 @@ from monitor.store import (
 _QCOLS = tuple(QUANTILES)
 
 
+def _thin(
+    steps: np.ndarray, values: np.ndarray, every: int | None, agg: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """Every `every`-th step ('sample') or per-bucket mean/min/max ignoring NaN."""
+    if every is None or every == 1 or steps.size == 0:
+        return steps, values
+    if agg == "sample":
+        keep = steps % every == 0
+        return steps[keep], values[keep]
+    buckets = (steps // every) * every
+    first = np.flatnonzero(np.r_[True, buckets[1:] != buckets[:-1]])
+    finite_or_inf = ~np.isnan(values)
+    if agg == "mean":
+        sums = np.add.reduceat(np.where(finite_or_inf, values, 0.0), first)
+        counts = np.add.reduceat(finite_or_inf.astype(np.int64), first)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            reduced = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+    else:
+        reduced = (np.fmax if agg == "max" else np.fmin).reduceat(values, first)
+    return buckets[first], reduced
+
+
 class RunReader:
     """Read-only view of a run store, safe while the trainer writes.
 
@@ -174,39 +196,56 @@ class RunReader:
 
         `every=N` thins long series for plotting: `agg='sample'` keeps steps that are
         multiples of N; 'mean'/'min'/'max' reduce each bucket of N steps (labelled by its
-        first step), so a 'max' view keeps the spikes that sampling would skip. Unknown
-        names give empty arrays.
+        first step, NaN ignored), so a 'max' view keeps the spikes that sampling would
+        skip. Unknown names give empty arrays. Complete 1024-step chunks are read as
+        blobs (store.py, schema v2), so 100k steps cost ~100 rows.
         """
         names = [names] if isinstance(names, str) else list(names)
         if every is not None and (isinstance(every, bool) or int(every) < 1):
             raise UserError(f"every must be an integer ≥ 1, got {every!r}")
         if agg not in ("sample", "mean", "min", "max"):
             raise UserError(f"agg must be sample, mean, min or max, got {agg!r}")
-        rng, rargs = self._range(start, end)
-        if every is None or every == 1:
-            sql = f"SELECT step, value FROM scalars WHERE metric_id = ?{rng} ORDER BY step"
-        elif agg == "sample":
-            sql = (
-                f"SELECT step, value FROM scalars WHERE metric_id = ?{rng}"
-                f" AND step % {int(every)} = 0 ORDER BY step"
-            )
-        else:  # NULL (NaN) values are ignored by SQL's avg/min/max
-            fn = {"mean": "avg"}.get(agg, agg)
-            sql = (
-                f"SELECT (step / {int(every)}) * {int(every)} AS b, {fn}(value)"
-                f" FROM scalars WHERE metric_id = ?{rng} GROUP BY b ORDER BY b"
-            )
+        lo = -(2**62) if start is None else int(start)
+        hi = 2**62 if end is None else int(end)
         out = {}
         with self.snapshot():
             ids = dict(self._q("SELECT name, id FROM metrics WHERE kind = 'scalar'"))
+            done = int(self._q("SELECT value FROM meta WHERE key = 'compacted_upto'")[0][0])
             for name in names:
-                rows = self._q(sql, [ids[name], *rargs]) if name in ids else []
-                if rows:
-                    arr = np.array(rows, dtype=np.float64)  # None (NaN) -> nan
-                    out[name] = (arr[:, 0].astype(np.int64), arr[:, 1])
-                else:
-                    out[name] = (np.empty(0, np.int64), np.empty(0, np.float64))
+                steps, values = self._series(ids.get(name), done, lo, hi)
+                out[name] = _thin(steps, values, every, agg)
         return out
+
+    def _series(
+        self, mid: int | None, done: int, lo: int, hi: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """One metric's steps in [lo, hi]: complete chunks from blobs, the tail from rows."""
+        if mid is None:
+            return np.empty(0, np.int64), np.empty(0, np.float64)
+        steps, values = [], []
+        if lo < done:
+            for s, v in self._q(
+                "SELECT steps, vals FROM scalar_chunks WHERE metric_id = ? AND hi > ? AND lo <= ?"
+                " ORDER BY lo",
+                (mid, lo, hi),
+            ):
+                steps.append(np.frombuffer(s, dtype="<i8"))
+                values.append(np.frombuffer(v, dtype="<f8"))
+        if hi >= done:
+            rows = self._q(
+                "SELECT step, value FROM scalars WHERE metric_id = ? AND step >= ? AND step <= ?"
+                " ORDER BY step",
+                (mid, max(lo, done), hi),
+            )
+            if rows:
+                arr = np.array(rows, dtype=np.float64)  # None (NaN) -> nan
+                steps.append(arr[:, 0].astype(np.int64))
+                values.append(arr[:, 1])
+        if not steps:
+            return np.empty(0, np.int64), np.empty(0, np.float64)
+        s, v = np.concatenate(steps).astype(np.int64), np.concatenate(values).astype(np.float64)
+        keep = (s >= lo) & (s <= hi)
+        return s[keep], v[keep]
 
     def rows(
         self, start: int | None = None, end: int | None = None

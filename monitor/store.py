@@ -19,6 +19,8 @@ opens an older store):
     metrics(id, name, kind)             kind 'scalar' | 'histogram'
     steps(step, time)                   one row per log call: the heartbeat
     scalars(metric_id, step, value)     WITHOUT ROWID, keyed (metric_id, step): range scans
+    scalar_chunks(metric_id, lo, hi, n, steps, vals)  v2: the same series as blobs of
+                                        1024 steps, written once a chunk is complete
     histograms(metric_id, step, lo, hi, counts BLOB int64 LE [bins+2], n, ..., p01..p99)
     alerts(id, step, detector, severity, metric, value, baseline, window_steps, factor, ...)
     actions(id, kind, params JSON, reason, source, alert_id, status, step, ...)
@@ -39,6 +41,8 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
+
+import numpy as np
 
 from monitor import actions as action_kinds
 from monitor.errors import UserError
@@ -97,8 +101,75 @@ def _v0_to_v1(conn: sqlite3.Connection) -> None:
     )
 
 
+CHUNK_STEPS = 1024  # steps per compacted chunk of one metric's series
+
+
+def _v1_to_v2(conn: sqlite3.Connection) -> None:
+    """Chunked copies of the scalar series: one row per (metric, 1024 steps) holding the
+    steps and values as little-endian int64/float64 blobs, so that a 100k-step series is
+    ~100 rows to read instead of 100k (the dashboard's interactive load)."""
+    _run_script(
+        conn,
+        """
+        CREATE TABLE scalar_chunks (metric_id INTEGER NOT NULL, lo INTEGER NOT NULL,
+                                    hi INTEGER NOT NULL, n INTEGER NOT NULL,
+                                    steps BLOB NOT NULL, vals BLOB NOT NULL,
+                                    PRIMARY KEY (metric_id, lo)) WITHOUT ROWID;
+        INSERT OR REPLACE INTO meta (key, value) VALUES ('compacted_upto', '0')
+        """,
+    )
+    last = conn.execute("SELECT max(step) FROM steps").fetchone()[0]
+    if last is not None:
+        compact(conn, (last // CHUNK_STEPS) * CHUNK_STEPS)
+
+
+def compacted_upto(conn: sqlite3.Connection) -> int:
+    """Steps below this are in `scalar_chunks` (as well as in `scalars`)."""
+    row = conn.execute("SELECT value FROM meta WHERE key = 'compacted_upto'").fetchone()
+    return int(row[0]) if row else 0
+
+
+def compact(conn: sqlite3.Connection, upto: int) -> None:
+    """Copy the scalars of steps in [compacted_upto, upto) into chunks; `upto` is a
+    multiple of CHUNK_STEPS and at most the last step's chunk start, so a chunk never
+    changes once written (the last step may still be merged into; earlier ones cannot)."""
+    done = compacted_upto(conn)
+    if upto <= done:
+        return
+    chunks = [
+        r[0]
+        for r in conn.execute(
+            f"SELECT DISTINCT step / {CHUNK_STEPS} FROM steps WHERE step >= ? AND step < ?",
+            (done, upto),
+        )
+    ]
+    ids = [r[0] for r in conn.execute("SELECT id FROM metrics WHERE kind = 'scalar'")]
+    for c in chunks:
+        lo, hi = c * CHUNK_STEPS, (c + 1) * CHUNK_STEPS
+        for mid in ids:
+            rows = conn.execute(
+                "SELECT step, value FROM scalars WHERE metric_id = ? AND step >= ? AND step < ?"
+                " ORDER BY step",
+                (mid, lo, hi),
+            ).fetchall()
+            if rows:
+                arr = np.array(rows, dtype=np.float64)  # NULL -> NaN
+                conn.execute(
+                    "INSERT OR REPLACE INTO scalar_chunks VALUES (?, ?, ?, ?, ?, ?)",
+                    (
+                        mid,
+                        lo,
+                        hi,
+                        len(rows),
+                        arr[:, 0].astype("<i8").tobytes(),
+                        arr[:, 1].astype("<f8").tobytes(),
+                    ),
+                )
+    conn.execute("UPDATE meta SET value = ? WHERE key = 'compacted_upto'", (str(upto),))
+
+
 # MIGRATIONS[v] upgrades a store at version v to v + 1, inside the caller's transaction.
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v0_to_v1]
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v0_to_v1, _v1_to_v2]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -156,6 +227,7 @@ class RunStore:
         self.path = path
         self._conn = conn
         self._metric_ids: dict[str, int] = dict(conn.execute("SELECT name, id FROM metrics"))
+        self._compacted = compacted_upto(conn)
         self._in_tx = False
 
     @classmethod
@@ -248,6 +320,10 @@ class RunStore:
             "INSERT OR REPLACE INTO scalars (metric_id, step, value) VALUES (?, ?, ?)",
             [(self._metric_id(k, "scalar"), step, _nan_to_none(v)) for k, v in scalars.items()],
         )
+        boundary = (step // CHUNK_STEPS) * CHUNK_STEPS
+        if boundary > self._compacted:
+            compact(self._conn, boundary)  # once per 1024 steps
+            self._compacted = boundary
 
     def write_histogram(self, step: int, name: str, row: HistogramRow) -> None:
         qs = [_nan_to_none(row.quantiles[c]) for c in _QCOLS]
@@ -344,6 +420,12 @@ class RunStore:
 
     def delete_after(self, step: int) -> dict[str, int]:
         """Drop scalars, histograms, heartbeats and alerts of steps > `step`; return counts."""
+        boundary = min(self._compacted, (step // CHUNK_STEPS) * CHUNK_STEPS)
+        self._conn.execute("DELETE FROM scalar_chunks WHERE lo >= ?", (boundary,))
+        self._conn.execute(
+            "UPDATE meta SET value = ? WHERE key = 'compacted_upto'", (str(boundary),)
+        )
+        self._compacted = boundary
         counts = {}
         for table in ("scalars", "histograms", "steps", "alerts"):
             counts[table] = self._conn.execute(
@@ -354,14 +436,14 @@ class RunStore:
 
     def recent_scalars(self, first_step: int) -> list[tuple[int, dict[str, float]]]:
         """Every scalar of steps ≥ `first_step`, grouped by step (to rebuild detectors)."""
-        rows = self._conn.execute(
-            "SELECT s.step, m.name, s.value FROM scalars s JOIN metrics m ON m.id = s.metric_id"
-            " WHERE s.step >= ? ORDER BY s.step",
-            (first_step,),
-        )
         out: dict[int, dict[str, float]] = {}
-        for step, name, value in rows:
-            out.setdefault(step, {})[name] = _f(value)
+        for name, mid in self._metric_ids.items():
+            rows = self._conn.execute(
+                "SELECT step, value FROM scalars WHERE metric_id = ? AND step >= ?",
+                (mid, first_step),
+            )
+            for step, value in rows:
+                out.setdefault(step, {})[name] = _f(value)
         return sorted(out.items())
 
     def close(self) -> None:

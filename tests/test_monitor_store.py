@@ -387,3 +387,84 @@ def test_migrations_run_in_order_and_config_is_json(tmp_path):
     mon.close()
     with RunReader(tmp_path / "r") as r:
         assert r.meta().config == {"nested": {"x": [1, 2]}, "inf": math.inf}
+
+
+def _truth(reader, name, start=None, end=None):
+    """The row-by-row path (export's), an independent read of the same series."""
+    rows = [(s, v) for s, n, v in reader.rows(start, end) if n == name]
+    return np.array([s for s, _ in rows], np.int64), np.array([v for _, v in rows])
+
+
+def test_chunked_series_equal_the_rows_across_boundaries_truncation_and_migration(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr("monitor.store.CHUNK_STEPS", 8)
+    run = tmp_path / "r"
+    mon = Monitor(run)
+    for step in range(0, 60):
+        scalars = {"a": math.nan if step % 7 == 0 else step / 3}
+        if step % 3 == 0:
+            scalars["b"] = float(step)
+        mon.log(step, scalars)
+    mon.truncate_after(37)  # inside the compacted chunk [32, 40)
+    for step in range(38, 45):
+        mon.log(step, {"a": -float(step)})
+    mon.close()
+    raw = sqlite3.connect(run / STORE_FILE)
+    assert raw.execute("SELECT value FROM meta WHERE key = 'compacted_upto'").fetchone()[0] == "40"
+    chunks = raw.execute("SELECT metric_id, lo FROM scalar_chunks ORDER BY metric_id, lo")
+    assert [lo for _, lo in chunks] == [0, 8, 16, 24, 32] * 2  # a and b, rebuilt after 32
+    raw.close()
+    with RunReader(run) as r:
+        for start, end in [(None, None), (5, 33), (30, 41), (40, None), (None, 7), (100, 200)]:
+            for name in ("a", "b"):
+                steps, values = r.scalars(name, start, end)[name]
+                ref_s, ref_v = _truth(r, name, start, end)
+                np.testing.assert_array_equal(steps, ref_s)
+                np.testing.assert_array_equal(values, ref_v)
+        steps, values = r.scalars("a", every=5, agg="max")["a"]
+        ref_s, ref_v = _truth(r, "a")
+        buckets = ref_s // 5 * 5
+        np.testing.assert_array_equal(steps, np.unique(buckets))
+        np.testing.assert_array_equal(values, [np.nanmax(ref_v[buckets == b]) for b in steps])
+        steps, values = r.scalars("a", every=5, agg="mean")["a"]
+        np.testing.assert_allclose(values, [np.nanmean(ref_v[buckets == b]) for b in steps])
+        assert r.scalars("a")["a"][1][-1] == -44.0  # the rewritten branch, not the old one
+
+
+def test_a_v1_store_is_migrated_to_chunks_by_the_writer(tmp_path, monkeypatch):
+    from monitor import store as store_mod
+
+    monkeypatch.setattr("monitor.store.CHUNK_STEPS", 4)
+    path = tmp_path / "old"
+    path.mkdir()
+    conn = sqlite3.connect(path / STORE_FILE, isolation_level=None)
+    conn.execute("BEGIN")
+    store_mod.MIGRATIONS[0](conn)  # the schema as version 1 wrote it
+    conn.executemany(
+        "INSERT INTO meta VALUES (?, ?)",
+        [
+            ("app", "minirl"),
+            ("run_id", "old1"),
+            ("created_at", "0"),
+            ("config", "{}"),
+            ("controls", "{}"),
+        ],
+    )
+    conn.execute("INSERT INTO metrics (id, name) VALUES (1, 'x')")
+    conn.executemany("INSERT INTO steps VALUES (?, 0)", [(s,) for s in range(10)])
+    conn.executemany("INSERT INTO scalars VALUES (1, ?, ?)", [(s, s * 1.5) for s in range(10)])
+    conn.execute("PRAGMA user_version = 1")
+    conn.execute("COMMIT")
+    conn.close()
+    with pytest.raises(UserError, match="old schema"):
+        RunReader(path)  # a reader never writes, so it cannot migrate
+    RunStore.open(path).close()
+    with RunReader(path) as r:
+        steps, values = r.scalars("x")["x"]
+        np.testing.assert_array_equal(steps, np.arange(10))
+        np.testing.assert_array_equal(values, np.arange(10) * 1.5)
+        assert r.meta().run_id == "old1"
+    raw = sqlite3.connect(path / STORE_FILE)
+    assert raw.execute("SELECT lo FROM scalar_chunks ORDER BY lo").fetchall() == [(0,), (4,)]
+    raw.close()
