@@ -25,6 +25,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from monitor.config import LevelRule, MonitorConfig
+from monitor.monitor import Monitor
 from monitor.prometheus import PrometheusExporter
 from monitor.records import Alert
 from monitor.rules import build_rules, rules_yaml
@@ -351,30 +352,31 @@ def test_real_prometheus_scrapes_the_exporter_and_fires_an_alert(tmp_path):
         stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     kl = MonitorConfig().detectors.train_inference_kl
+    mon = Monitor(tmp_path / "run", exporter=exporter)
     try:
-        # a healthy stream, then the mismatch KL jumps past the critical level
+        # a healthy stream through the real Monitor, then the mismatch KL jumps past the
+        # critical level: Prometheus's own rule and the forwarded monitor alert must fire
         for step in range(5):
-            exporter.observe(step, {"mismatch/kl_k1": 1e-3, "reward/mean": 0.5})
-        exporter.observe(5, {"mismatch/kl_k1": 2 * kl.crit_level, "reward/mean": 0.5})
-        deadline, firing = time.monotonic() + 30, []
-        while time.monotonic() < deadline and not firing:
+            mon.log(step, {"mismatch/kl_k1": 1e-3, "reward/mean": 0.5})
+        assert mon.log(5, {"mismatch/kl_k1": 2 * kl.crit_level, "reward/mean": 0.5})
+        wanted = {"MinirlTrainInferenceKlCritical", "MinirlMonitorAlert"}
+        deadline, firing = time.monotonic() + 30, {}
+        while time.monotonic() < deadline and set(firing) != wanted:
             time.sleep(0.5)
             try:
                 url = f"http://127.0.0.1:{port}/api/v1/alerts"
                 alerts = json.load(urllib.request.urlopen(url, timeout=2))["data"]["alerts"]
             except OSError:
                 continue  # not up yet
-            firing = [
-                a for a in alerts
-                if a["labels"]["alertname"] == "MinirlTrainInferenceKlCritical"
-                and a["state"] == "firing"
-            ]  # fmt: skip
-        assert firing, (tmp_path / "prometheus.log").read_text()[-2000:]
-        assert firing[0]["labels"]["run"] == "e2e"
-        assert firing[0]["labels"]["severity"] == "critical"
-        assert float(firing[0]["value"]) == 2 * kl.crit_level
+            firing = {a["labels"]["alertname"]: a for a in alerts if a["state"] == "firing"}
+        assert set(firing) == wanted, (tmp_path / "prometheus.log").read_text()[-2000:]
+        rule = firing["MinirlTrainInferenceKlCritical"]
+        assert rule["labels"]["run"] == "e2e" and rule["labels"]["severity"] == "critical"
+        assert float(rule["value"]) == 2 * kl.crit_level
+        forwarded = firing["MinirlMonitorAlert"]["labels"]
+        assert forwarded["detector"] == "train_inference_kl" and forwarded["run"] == "e2e"
     finally:
         server.terminate()
         server.wait(timeout=10)
         log.close()
-        exporter.close()
+        mon.close()  # closes the exporter too
