@@ -197,8 +197,8 @@ class RunReader:
         `every=N` thins long series for plotting: `agg='sample'` keeps steps that are
         multiples of N; 'mean'/'min'/'max' reduce each bucket of N steps (labelled by its
         first step, NaN ignored), so a 'max' view keeps the spikes that sampling would
-        skip. Unknown names give empty arrays. Complete 1024-step chunks are read as
-        blobs (store.py, schema v2), so 100k steps cost ~100 rows.
+        skip. Unknown names give empty arrays. Complete 256-step chunks are read as
+        blobs (store.py, schema v2), so 100k steps cost ~400 rows.
         """
         names = [names] if isinstance(names, str) else list(names)
         if every is not None and (isinstance(every, bool) or int(every) < 1):

@@ -20,7 +20,7 @@ opens an older store):
     steps(step, time)                   one row per log call: the heartbeat
     scalars(metric_id, step, value)     WITHOUT ROWID, keyed (metric_id, step): range scans
     scalar_chunks(metric_id, lo, hi, n, steps, vals)  v2: the same series as blobs of
-                                        1024 steps, written once a chunk is complete
+                                        256 steps, written once a chunk is complete
     histograms(metric_id, step, lo, hi, counts BLOB int64 LE [bins+2], n, ..., p01..p99)
     alerts(id, step, detector, severity, metric, value, baseline, window_steps, factor, ...)
     actions(id, kind, params JSON, reason, source, alert_id, status, step, ...)
@@ -101,13 +101,13 @@ def _v0_to_v1(conn: sqlite3.Connection) -> None:
     )
 
 
-CHUNK_STEPS = 1024  # steps per compacted chunk of one metric's series
+CHUNK_STEPS = 256  # steps per compacted chunk of one metric's series
 
 
 def _v1_to_v2(conn: sqlite3.Connection) -> None:
-    """Chunked copies of the scalar series: one row per (metric, 1024 steps) holding the
+    """Chunked copies of the scalar series: one row per (metric, 256 steps) holding the
     steps and values as little-endian int64/float64 blobs, so that a 100k-step series is
-    ~100 rows to read instead of 100k (the dashboard's interactive load)."""
+    ~400 rows to read instead of 100k (the dashboard's interactive load)."""
     _run_script(
         conn,
         """
@@ -322,7 +322,7 @@ class RunStore:
         )
         boundary = (step // CHUNK_STEPS) * CHUNK_STEPS
         if boundary > self._compacted:
-            compact(self._conn, boundary)  # once per 1024 steps
+            compact(self._conn, boundary)  # once per CHUNK_STEPS steps
             self._compacted = boundary
 
     def write_histogram(self, step: int, name: str, row: HistogramRow) -> None:
