@@ -81,7 +81,8 @@ def fields(buf: bytes) -> list[tuple[int, int, object]]:
     """(field number, wire type, value) of one message: ints, or bytes for LEN/fixed types."""
     out, pos, end = [], 0, len(buf)
     while pos < end:
-        key, pos = _varint(buf, pos)
+        key = buf[pos]  # one-byte keys and lengths are the common case: skip _varint
+        key, pos = (key, pos + 1) if key < 0x80 else _varint(buf, pos)
         number, wire = key >> 3, key & 7
         if number == 0:
             raise WireError("field number 0")
@@ -92,7 +93,10 @@ def fields(buf: bytes) -> list[tuple[int, int, object]]:
         elif wire == _WIRE_32:
             value, pos = buf[pos : pos + 4], pos + 4
         elif wire == _WIRE_LEN:
-            size, pos = _varint(buf, pos)
+            if pos >= end:
+                raise WireError("truncated length")
+            size = buf[pos]
+            size, pos = (size, pos + 1) if size < 0x80 else _varint(buf, pos)
             value, pos = buf[pos : pos + size], pos + size
         else:
             raise WireError(f"unsupported wire type {wire}")
