@@ -1,0 +1,169 @@
+"""The PyTorch training engine: the policy π_θ, its log-probabilities, and AdamW.
+
+`forward_logprobs` gives, for every sampled token, log π(y_t | prefix) aligned like
+`Rollout.logp`, optionally the full-vocabulary entropy at the same prefixes and the
+routing e^π the MoE layers chose, with Routing Replay on demand (R2 passes e^π_old,
+R3 passes the inference engine's e^μ; MiniRL, arXiv 2512.01374). `step` applies one
+optimiser update with gradient clipping. Log-probabilities are float32 math even with
+bf16 parameters, and are computed only at response positions (no [B, S, V] float copy).
+
+It deliberately knows nothing of advantages, mini-batches or losses: the loop
+(`trainer/loop.py`) calls `minirl.policy_loss` and hands the loss to `step`.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import ExitStack
+from pathlib import Path
+
+import torch
+
+from trainer import routing
+from trainer.engines.config import EngineConfig, OptimConfig
+from trainer.models import load_policy
+
+ENTROPY_CHUNK = 4096  # tokens per chunk of the entropy pass (bounds its [chunk, V] temporaries)
+
+
+def _token_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """H(softmax(logits)) per row of [N, V], float32, in chunks, no gradient."""
+    out = torch.empty(logits.shape[0], dtype=torch.float32, device=logits.device)
+    with torch.no_grad():
+        for start in range(0, logits.shape[0], ENTROPY_CHUNK):
+            chunk = logits[start : start + ENTROPY_CHUNK].float()
+            logp = torch.log_softmax(chunk, dim=-1)
+            out[start : start + ENTROPY_CHUNK] = -(logp.exp() * logp).sum(dim=-1)
+    return out
+
+
+class TrainingEngine:
+    """π_θ in `train_dtype`, AdamW over all its parameters, gradient clipping."""
+
+    def __init__(
+        self, checkpoint_dir: str | Path, config: EngineConfig, optim: OptimConfig
+    ) -> None:
+        self.config, self.optim = config, optim
+        self.model, self.tokenizer = load_policy(checkpoint_dir, config.train_dtype)
+        self.model.train()  # no dropout in these models; train mode for completeness
+        self.num_moe_layers = routing.num_moe_layers(self.model)
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(),
+            lr=optim.lr,
+            betas=(optim.beta1, optim.beta2),
+            eps=optim.eps,
+            weight_decay=optim.weight_decay,
+        )
+        self.lr_scale = 1.0
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_moe_layers > 0
+
+    # ------------------------------------------------------------------ forward
+
+    def forward_logprobs(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        response_mask: torch.Tensor,
+        replay: torch.Tensor | None = None,
+        record: bool = False,
+        with_entropy: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """(logp [B, S], entropy [B, S] | None, routing [B, S, L, k] | None).
+
+        logp[b, j] = log π(input_ids[b, j] | input_ids[b, :j]) at response positions
+        (response_mask > 0), 0 elsewhere; it carries the gradient if grad is enabled.
+        entropy[b, j] is the full-vocabulary entropy of π at that same prefix (no grad).
+        replay: routing indices [B, S, L, k] to route through (-1 = live top-k).
+        record: return the live routing, -1 on padding (MoE only, else None).
+        """
+        if input_ids.shape != attention_mask.shape or input_ids.shape != response_mask.shape:
+            raise ValueError(
+                f"shapes differ: input_ids {tuple(input_ids.shape)}, attention_mask "
+                f"{tuple(attention_mask.shape)}, response_mask {tuple(response_mask.shape)}"
+            )
+        if bool((response_mask[:, 0] > 0).any()):
+            raise ValueError("response_mask marks position 0, which has no prefix to score")
+        if replay is not None and not self.is_moe:
+            raise ValueError("routing replay on a dense model")
+        with ExitStack() as stack:
+            # record before replay: it keeps the live choice even under replay
+            rec = (
+                stack.enter_context(routing.record(self.model)) if record and self.is_moe else None
+            )
+            if replay is not None:
+                stack.enter_context(routing.replay(self.model, replay))
+            logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits
+
+        # the token at j is scored by the logits at j-1: gather only response positions
+        target = response_mask[:, 1:] > 0  # [B, S-1]
+        pred = logits[:, :-1][target]  # [N, V]
+        tok = input_ids[:, 1:][target]  # [N]
+        pred32 = pred.float()
+        tok_logp = pred32.gather(-1, tok[:, None]).squeeze(-1) - torch.logsumexp(pred32, dim=-1)
+        logp = torch.zeros(input_ids.shape, dtype=torch.float32, device=logits.device)
+        logp[:, 1:] = logp[:, 1:].masked_scatter(target, tok_logp)
+
+        entropy = None
+        if with_entropy:
+            entropy = torch.zeros(input_ids.shape, dtype=torch.float32, device=logits.device)
+            entropy[:, 1:][target] = _token_entropy(pred.detach())
+
+        routed = None
+        if rec is not None:
+            routed = rec.indices().masked_fill((attention_mask == 0)[..., None, None], -1)
+        return logp, entropy, routed
+
+    # ------------------------------------------------------------------ optimiser
+
+    def set_lr_scale(self, scale: float) -> None:
+        """lr = base lr * scale for the following steps (remediation lowers it)."""
+        if not (math.isfinite(scale) and scale > 0):
+            raise ValueError(f"lr scale {scale}: must be a positive finite number")
+        self.lr_scale = float(scale)
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.optim.lr * self.lr_scale
+
+    @property
+    def lr(self) -> float:
+        return self.optim.lr * self.lr_scale
+
+    def step(self, loss: torch.Tensor | None = None) -> dict[str, float]:
+        """Backward `loss` (if given) onto the accumulated gradients, clip, update, zero.
+
+        A non-finite gradient norm skips the update (the weights stay as they were) and
+        is reported as such, so one bad batch cannot poison the policy silently.
+        """
+        if loss is not None:
+            loss.backward()
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        max_norm = self.optim.grad_clip if self.optim.grad_clip > 0 else math.inf
+        norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm)) if params else 0.0
+        if math.isfinite(norm):
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return {"optim/grad_norm": norm, "optim/lr": self.lr}
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def state_dict(self) -> dict:
+        """Weights, AdamW state and lr scale: plain tensors and numbers, so that it loads
+        with `torch.load(..., weights_only=True)`."""
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "lr_scale": self.lr_scale,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.set_lr_scale(float(state["lr_scale"]))
+
+    def save(self, path: str | Path) -> None:
+        torch.save(self.state_dict(), Path(path))
+
+    def load(self, path: str | Path) -> None:
+        self.load_state_dict(torch.load(Path(path), weights_only=True, map_location="cpu"))
