@@ -59,6 +59,11 @@ def main(argv: list[str]) -> int:
         raise UserError(f"cannot tell the format of {args.file}; pass --format {'|'.join(FORMATS)}")
     if args.file.is_dir() and fmt != "tensorboard":
         raise UserError(f"{args.file} is a directory; only --format tensorboard reads directories")
+    if args.file.is_dir():
+        from monitor.importers.tensorboard import event_files
+
+        if not event_files(args.file):
+            raise UserError(f"no TensorBoard event files (*tfevents*) under {args.file}")
     try:
         parsed = parse(args.file, fmt)
     except (OSError, UnicodeError) as err:

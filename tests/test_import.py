@@ -166,6 +166,10 @@ def test_hopeless_input_is_refused(tmp_path, cli, imp):
     noext.write_text("x")
     out, _ = imp(noext)
     assert out.returncode == 2 and "--format" in out.stderr
+    empty_dir = tmp_path / "tb-empty"
+    empty_dir.mkdir()
+    out, _ = imp(empty_dir, "--format", "tensorboard")
+    assert out.returncode == 2 and "no TensorBoard event files" in out.stderr
     binary = tmp_path / "events.out.tfevents.123.host"
     binary.write_bytes(bytes(range(256)) * 8)
     out, _ = imp(binary)
