@@ -1,0 +1,266 @@
+"""Plotly figure builders: arrays and marks in, `go.Figure` out.
+
+Pure functions (no Streamlit, no store), so every chart is testable on its own. Each
+time-series figure shares one look: breakdown spans shaded behind the data (amber for
+warning, red for critical), alert markers along the top edge, actions and run events
+along the bottom edge, all on a hidden second y axis spanning [0, 1] so they sit at the
+edges whatever the data's scale. The data arrive already thinned for display
+(downsample.py); these builders never thin or change values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+from dashboard.marks import Mark, Span
+from monitor.records import FACTORS
+
+SPAN_COLORS = {"info": "#4a90e2", "warning": "#f5a623", "critical": "#d0021b"}
+ALERT_COLORS = SPAN_COLORS
+ACTION_COLORS = {"pending": "#7f7f7f", "applied": "#2ca02c", "rejected": "#d62728"}
+EVENT_COLOR = "#9467bd"
+SPAN_OPACITY = 0.18
+Series = Mapping[str, tuple[np.ndarray, np.ndarray]]
+
+
+def _layout(fig: go.Figure, title: str, height: int) -> go.Figure:
+    fig.update_layout(
+        title={"text": title, "x": 0.01, "font": {"size": 14}},
+        height=height,
+        margin={"l": 50, "r": 10, "t": 36, "b": 30},
+        legend={"orientation": "h", "y": -0.18, "x": 0, "font": {"size": 10}},
+        hovermode="closest",
+        yaxis2={"overlaying": "y", "range": [0, 1], "visible": False, "fixedrange": True},
+    )
+    return fig
+
+
+def add_spans(fig: go.Figure, spans: Sequence[Span]) -> None:
+    """Shade each span [start − ½, end + ½] over the full height, behind the data."""
+    shapes = [
+        {
+            "type": "rect", "xref": "x", "yref": "paper", "x0": s.start - 0.5,
+            "x1": s.end + 0.5, "y0": 0, "y1": 1, "fillcolor": SPAN_COLORS.get(s.severity),
+            "opacity": SPAN_OPACITY, "line": {"width": 0}, "layer": "below",
+        }
+        for s in spans
+    ]  # fmt: skip
+    fig.update_layout(shapes=[*fig.layout.shapes, *shapes])
+
+
+def add_marks(fig: go.Figure, marks: Sequence[Mark]) -> None:
+    """Alerts as ▼ at the top edge; actions ◆ and events ■ at the bottom edge."""
+    groups: dict[tuple[str, str], list[Mark]] = {}
+    for m in marks:
+        groups.setdefault((m.kind, m.level), []).append(m)
+    for (kind, level), ms in sorted(groups.items()):
+        if kind == "alert":
+            y, symbol, color = 0.97, "triangle-down", ALERT_COLORS.get(level, "#333")
+        elif kind == "action":
+            y, symbol, color = 0.04, "diamond", ACTION_COLORS.get(level, "#333")
+        else:
+            y, symbol, color = 0.04, "square", EVENT_COLOR
+        fig.add_trace(
+            go.Scatter(
+                x=[m.step for m in ms], y=[y] * len(ms), yaxis="y2", mode="markers",
+                marker={"symbol": symbol, "size": 9, "color": color,
+                        "line": {"width": 1, "color": "white"}},
+                name=f"{kind}: {level}", legendgroup=kind, text=[m.text for m in ms],
+                hovertemplate="%{text}<extra></extra>",
+            )
+        )  # fmt: skip
+
+
+def line_figure(
+    title: str,
+    series: Series,
+    *,
+    spans: Sequence[Span] = (),
+    marks: Sequence[Mark] = (),
+    log_y: bool = False,
+    height: int = 280,
+) -> go.Figure:
+    """One line per series, sharing the step axis, with spans and marks."""
+    fig = go.Figure()
+    for name, (x, y) in series.items():
+        fig.add_trace(
+            go.Scatter(
+                x=np.asarray(x), y=np.asarray(y, dtype=np.float64),
+                mode="lines+markers" if len(x) <= 60 else "lines", name=name,
+                marker={"size": 4},
+                hovertemplate=f"{name}<br>step %{{x}}: %{{y:.5g}}<extra></extra>",
+            )
+        )  # fmt: skip
+    add_spans(fig, spans)
+    add_marks(fig, marks)
+    if log_y:
+        fig.update_layout(yaxis_type="log")
+    return _layout(fig, title, height)
+
+
+def heatmap_figure(
+    title: str,
+    x: np.ndarray,
+    y: Sequence[float] | Sequence[str],
+    z: np.ndarray,
+    *,
+    spans: Sequence[Span] = (),
+    marks: Sequence[Mark] = (),
+    colorscale: str = "Reds",
+    zmin: float | None = None,
+    zmax: float | None = None,
+    colorbar_title: str = "",
+    hover: str = "%{z:.3g}",
+    height: int = 300,
+) -> go.Figure:
+    """z [len(y), len(x)] as a heat map over steps, with spans and marks."""
+    z = np.asarray(z, dtype=np.float64)
+    fig = go.Figure(
+        go.Heatmap(
+            x=np.asarray(x), y=list(y), z=np.where(np.isfinite(z), z, np.nan),
+            colorscale=colorscale, zmin=zmin, zmax=zmax,
+            colorbar={"title": {"text": colorbar_title}, "thickness": 12},
+            hovertemplate=f"step %{{x}}<br>%{{y}}: {hover}<extra></extra>",
+        )
+    )  # fmt: skip
+    add_spans(fig, spans)
+    add_marks(fig, marks)
+    return _layout(fig, title, height)
+
+
+def distribution_figure(
+    title: str,
+    steps: np.ndarray,
+    edges: np.ndarray,
+    counts: np.ndarray,
+    quantiles: Series | None = None,
+    *,
+    spans: Sequence[Span] = (),
+    marks: Sequence[Mark] = (),
+    height: int = 320,
+) -> go.Figure:
+    """Per-step histograms (counts [S, bins + 2] with under/overflow) as a heat map.
+
+    Colour is log10 of the share of the step's values in each bin, so the tails that
+    decide IS-weight blow-ups stay visible; the under/overflow bins are drawn as one
+    extra row below/above the range. Exact quantile lines {name: (steps, values)} (e.g.
+    p01, p50, p99, computed on the raw values) go on top.
+    """
+    counts = np.asarray(counts, dtype=np.float64)  # [S, bins + 2]
+    edges = np.asarray(edges, dtype=np.float64)
+    width = edges[1] - edges[0] if len(edges) > 1 else 1.0
+    centres = (edges[:-1] + edges[1:]) / 2
+    y = np.concatenate([[edges[0] - width / 2], centres, [edges[-1] + width / 2]])
+    totals = counts.sum(axis=1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(counts > 0, counts / np.maximum(totals, 1), np.nan)
+        z = np.log10(share).T  # [bins + 2, S]
+    fig = heatmap_figure(
+        title, steps, y, z, colorscale="Viridis", zmin=-4, zmax=0,
+        colorbar_title="log10 share", hover="10^%{z:.2f} of values", height=height,
+    )  # fmt: skip
+    for name, (qx, qy) in (quantiles or {}).items():
+        fig.add_trace(
+            go.Scatter(x=np.asarray(qx), y=np.asarray(qy, dtype=np.float64), mode="lines",
+                       name=name, line={"width": 1, "color": "white"},
+                       hovertemplate=f"{name}<br>step %{{x}}: %{{y:.4g}}<extra></extra>")
+        )  # fmt: skip
+    fig.update_layout(yaxis_range=[y[0] - width / 2, y[-1] + width / 2])
+    add_spans(fig, spans)
+    add_marks(fig, marks)
+    return fig
+
+
+def overlay_figure(
+    title: str, runs: Series, *, log_y: bool = False, height: int = 340
+) -> go.Figure:
+    """The same metric of several runs on one step axis (e.g. the paper's recipes)."""
+    return line_figure(title, runs, log_y=log_y, height=height)
+
+
+def timeline_figure(
+    alert_rows: Sequence[Mapping[str, object]],
+    action_marks: Sequence[Mark],
+    height: int = 340,
+) -> go.Figure:
+    """Alerts as segments (open → cleared) on one row per blamed factor; actions below.
+
+    `alert_rows`: dicts with step, end, factor, severity, text (see alerts page).
+    """
+    fig = go.Figure()
+    for severity in ("info", "warning", "critical"):
+        rows = [r for r in alert_rows if r["severity"] == severity]
+        if not rows:
+            continue
+        seg_x: list[object] = []
+        seg_y: list[object] = []
+        for r in rows:
+            seg_x += [r["step"], r["end"], None]
+            seg_y += [r["factor"], r["factor"], None]
+        color = ALERT_COLORS[severity]
+        fig.add_trace(go.Scatter(x=seg_x, y=seg_y, mode="lines", line={"color": color, "width": 6},
+                                 opacity=0.5, hoverinfo="skip", showlegend=False))  # fmt: skip
+        fig.add_trace(
+            go.Scatter(
+                x=[r["step"] for r in rows], y=[r["factor"] for r in rows], mode="markers",
+                marker={"size": 11, "color": color, "symbol": "triangle-down"},
+                name=f"alert: {severity}", text=[r["text"] for r in rows],
+                hovertemplate="%{text}<extra></extra>",
+            )
+        )  # fmt: skip
+    for status in ("pending", "applied", "rejected"):
+        ms = [m for m in action_marks if m.level == status]
+        if ms:
+            fig.add_trace(
+                go.Scatter(
+                    x=[m.step for m in ms], y=["actions"] * len(ms), mode="markers+text",
+                    marker={"size": 12, "color": ACTION_COLORS[status], "symbol": "diamond"},
+                    text=[m.label for m in ms], textposition="top center",
+                    customdata=[m.text for m in ms], name=f"action: {status}",
+                    hovertemplate="%{customdata}<extra></extra>",
+                )
+            )  # fmt: skip
+    fig.update_layout(yaxis={"categoryorder": "array", "categoryarray": [*FACTORS, "actions"]})
+    return _layout(fig, "Alerts (by blamed factor) and actions", height)
+
+
+def add_vlines(fig: go.Figure, lines: Sequence[tuple[float, str, str]]) -> None:
+    """Dashed vertical lines (step, label, colour), e.g. the collapse onset and the peak."""
+    for step, label, color in lines:
+        fig.add_vline(x=step, line={"dash": "dash", "color": color, "width": 1.5},
+                      annotation_text=label, annotation_position="top left",
+                      annotation_font={"size": 10, "color": color})  # fmt: skip
+
+
+FACTOR_COLORS = {
+    "train_inference": "#1f77b4",
+    "staleness": "#ff7f0e",
+    "routing": "#2ca02c",
+    "approximation": "#9467bd",
+    "optimisation": "#8c564b",
+    "outcome": "#7f7f7f",
+}
+
+
+def lead_figure(rows: Sequence[Mapping[str, object]], height: int = 320) -> go.Figure:
+    """Precursors as bars of lead (steps before the onset), coloured by blamed factor.
+
+    `rows`: dicts with metric, lead, factor (None allowed), in rank order.
+    """
+    fig = go.Figure()
+    by_factor: dict[str, list[Mapping[str, object]]] = {}
+    for r in rows:
+        by_factor.setdefault(str(r["factor"]), []).append(r)
+    for factor, rs in by_factor.items():
+        fig.add_trace(
+            go.Bar(x=[r["lead"] for r in rs], y=[r["metric"] for r in rs], orientation="h",
+                   name=factor, marker_color=FACTOR_COLORS.get(factor, "#bbbbbb"),
+                   hovertemplate="%{y}: moved %{x} steps before the onset<extra></extra>")
+        )  # fmt: skip
+    order = [r["metric"] for r in rows][::-1]
+    fig.update_layout(yaxis={"categoryorder": "array", "categoryarray": order},
+                      xaxis_title="lead (steps before onset)")  # fmt: skip
+    return _layout(fig, "Precursors ranked by lead", height)

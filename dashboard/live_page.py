@@ -1,0 +1,232 @@
+"""The Live run page: DESIGN.md's panels for one run, refreshing itself while it is live.
+
+Sections: outcome, first-order approximation health (mismatch KL k1/k3, IS weight
+tails, `approx/seq_residual`), staleness, routing (train-inference and stale mismatch,
+per-layer heat maps from `routing/<pair>/layer<i>`), policy entropy, optimisation,
+speed, and the stored distributions (log ρ, log r, ...) as heat maps over steps. Every
+chart shades the steps where a detector flagged a breakdown and marks alerts, actions
+and run events. Panels whose metrics the run did not log are listed, not drawn (an
+imported log has few of ours). Long runs are thinned for display only (data.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import streamlit as st
+
+from dashboard import charts
+from dashboard.data import (
+    RunEntry,
+    fingerprint,
+    last_values,
+    load_histograms,
+    load_layers,
+    load_records,
+    load_series,
+    routing_layer_names,
+    summarize,
+)
+from dashboard.marks import (
+    action_marks,
+    alert_marks,
+    breakdown_spans,
+    event_marks,
+    health,
+    limit_spans,
+)
+from dashboard.settings import MAX_COLS, MAX_POINTS
+from dashboard.ui import (
+    HEALTH_BADGE,
+    STATUS_BADGE,
+    guard,
+    links,
+    pick_run,
+    require_readable,
+    runs_or_stop,
+    settings,
+)
+
+MAX_SPANS = 150
+MAX_MARKS = 400
+
+
+@dataclass(frozen=True)
+class Panel:
+    title: str
+    metrics: tuple[str, ...]
+    log_y: bool = False
+    """Log scale when every plotted value is positive (else linear: k1 can be < 0)."""
+
+
+SECTIONS: dict[str, tuple[Panel, ...]] = {
+    "Outcome": (
+        Panel("Reward and accuracy", ("reward/mean", "reward/acc", "eval/acc")),
+        Panel("Response length", ("response/len_mean", "response/len_max")),
+        Panel("Truncated responses, zero-advantage groups",
+              ("response/trunc_frac", "reward/zero_adv_group_frac")),
+    ),
+    "First-order approximation health": (
+        Panel("Mismatch KL(μ_old‖π_old)", ("mismatch/kl_k1", "mismatch/kl_k3"), log_y=True),
+        Panel("IS weight tails (ρ = π_old/μ_old, w = ρ·r)",
+              ("mismatch/ratio_max", "mismatch/ratio_p99", "mismatch/ratio_p01",
+               "mismatch/ratio_min", "is/weight_max"), log_y=True),
+        Panel("Higher-order residual |Πw − (1 + Σ(w − 1))|", ("approx/seq_residual",), log_y=True),
+        Panel("Share truncated / outside band", ("is/trunc_frac", "mismatch/frac_outside_band")),
+        Panel("Weights: χ² and ESS", ("mismatch/chi2_token", "mismatch/chi2_seq", "mismatch/ess")),
+        Panel("Gradient cosine probe (token surrogate vs sequence IS)", ("approx/grad_cosine",)),
+    ),
+    "Staleness": (
+        Panel("Staleness ratio r = π_θ/π_old",
+              ("staleness/ratio_max", "staleness/ratio_mean", "staleness/ratio_min")),
+        Panel("Masked share and staleness KL", ("staleness/mask_frac", "staleness/kl_k3")),
+    ),
+    "Routing": (
+        Panel("Routing mismatch (share of token×layer top-k sets differing)",
+              ("routing/mismatch_train_infer", "routing/mismatch_stale",
+               "routing/tokens_any_layer_diff")),
+        Panel("Routing overlap and expert load", ("routing/overlap", "routing/load_cv")),
+    ),
+    "Policy entropy": (Panel("Entropy of π_θ (nats)", ("policy/entropy",)),),
+    "Optimisation": (
+        Panel("Loss", ("optim/loss",)),
+        Panel("Gradient norm", ("optim/grad_norm",), log_y=True),
+        Panel("Learning rate", ("optim/lr",)),
+    ),
+    "Speed": (
+        Panel("Seconds per step", ("perf/step_s", "perf/rollout_s", "perf/train_s", "perf/diag_s")),
+        Panel("Tokens per second", ("perf/tokens_per_s",)),
+    ),
+}  # fmt: skip
+PANEL_METRICS = tuple(dict.fromkeys(m for ps in SECTIONS.values() for p in ps for m in p.metrics))
+HEADLINE = ("reward/mean", "reward/acc", "eval/acc", "mismatch/kl_k1", "policy/entropy")
+
+
+def distribution_order(names: Sequence[str]) -> list[str]:
+    """log ρ first, then log r, then the rest (each family's names in store order)."""
+
+    def rank(name: str) -> int:
+        low = name.lower()
+        if "rho" in low or "train_infer" in low or "mismatch" in low:
+            return 0
+        if "log_r" in low or "stale" in low:
+            return 1
+        return 2
+
+    return sorted(names, key=rank)
+
+
+def _all_positive(series: dict[str, tuple[np.ndarray, np.ndarray]]) -> bool:
+    values = [v[np.isfinite(v)] for _, v in series.values()]
+    return any(v.size for v in values) and all((v > 0).all() for v in values)
+
+
+def _fmt(value: float) -> str:
+    return "–" if math.isnan(value) else f"{value:.4g}"
+
+
+def _header(run: RunEntry, last: dict[str, float], open_alerts: int, badge: str) -> None:
+    s = run.summary
+    st.markdown(
+        f"### {run.name} · {STATUS_BADGE.get(s.status or '', s.status)} · "
+        f"last step {s.last_step} · {badge}"
+    )
+    cols = st.columns(len(HEADLINE) + 2)
+    for col, name in zip(cols, HEADLINE, strict=False):
+        col.metric(name, _fmt(last[name]))
+    cols[-2].metric("open alerts", open_alerts)
+    cols[-1].metric("pending actions", s.n_pending_actions)
+
+
+@guard
+def live_body(path: str, name: str, extra: tuple[str, ...], max_points: int) -> None:
+    """Everything that refreshes: header, panels, heat maps (a fragment's body)."""
+    run = RunEntry(name, summarize(path))
+    fp = fingerprint(run.summary)
+    if run.summary.last_step is None:
+        st.markdown(f"### {name} · {STATUS_BADGE.get(run.summary.status or '')} · no steps yet")
+        st.info(f"Run {name} has no steps yet: waiting for the trainer's first step.")
+        return
+    rec = load_records(path, fp)
+    last_step = run.summary.last_step
+    open_alerts = [a for a in rec.alerts if a.cleared_step is None]
+    _header(
+        run, last_values(path, HEADLINE, fp), len(open_alerts), HEALTH_BADGE[health(open_alerts)]
+    )
+
+    spans = limit_spans(breakdown_spans(rec.alerts, last_step), MAX_SPANS)
+    marks = [
+        *alert_marks([a for a in rec.alerts if a.severity != "info"][-MAX_MARKS:]),
+        *action_marks(rec.actions, last_step),
+        *event_marks(rec.events),
+    ]
+    present = set(rec.scalar_names)
+    wanted = tuple(m for m in (*PANEL_METRICS, *extra) if m in present)
+    series = load_series(path, wanted, max_points, fp)
+
+    for section, panels in SECTIONS.items():
+        drawn = [p for p in panels if any(m in present for m in p.metrics)]
+        layers = routing_layer_names(rec.scalar_names) if section == "Routing" else {}
+        if not drawn and not layers:
+            continue
+        st.subheader(section)
+        cols = st.columns(2)
+        i = 0
+        for panel in drawn:
+            sub = {m: series[m] for m in panel.metrics if m in series}
+            fig = charts.line_figure(panel.title, sub, spans=spans, marks=marks,
+                                     log_y=panel.log_y and _all_positive(sub))  # fmt: skip
+            cols[i % 2].plotly_chart(fig, key=f"panel-{panel.title}")
+            i += 1
+        for base, layer_names in layers.items():
+            steps, layer_ids, z = load_layers(path, tuple(layer_names), MAX_COLS, fp)
+            fig = charts.heatmap_figure(
+                f"routing/{base} per layer", steps, [f"layer {i}" for i in layer_ids], z,
+                spans=spans, marks=marks, zmin=0.0, colorbar_title="share differing",
+            )  # fmt: skip
+            cols[i % 2].plotly_chart(fig, key=f"layers-{base}")
+            i += 1
+        missing = [m for p in panels for m in p.metrics if m not in present]
+        if missing:
+            st.caption("not logged by this run: " + ", ".join(missing))
+
+    if rec.hist_names:
+        st.subheader("Distributions over steps")
+        cols = st.columns(2)
+        for i, hname in enumerate(distribution_order(rec.hist_names)):
+            h = load_histograms(path, hname, MAX_COLS, max_points, fp)
+            fig = charts.distribution_figure(hname, h.steps, h.edges, h.counts, h.quantiles,
+                                             spans=spans, marks=marks)  # fmt: skip
+            cols[i % 2].plotly_chart(fig, key=f"dist-{hname}")
+    if extra:
+        st.subheader("Other metrics")
+        cols = st.columns(2)
+        for i, m in enumerate(extra):
+            fig = charts.line_figure(m, {m: series[m]}, spans=spans, marks=marks)
+            cols[i % 2].plotly_chart(fig, key=f"extra-{m}")
+
+
+def render() -> None:
+    s = settings()
+    st.title("Live run")
+    runs = runs_or_stop(s)
+    run = pick_run(runs)
+    require_readable(run)
+    links(run.name, exclude="live")
+    rec = load_records(run.path, fingerprint(run.summary))
+    others = sorted(set(rec.scalar_names) - set(PANEL_METRICS))
+    others = [m for m in others if not m.startswith("routing/") or "/layer" not in m]
+    with st.expander("More metrics and display options"):
+        extra = st.multiselect("Other metrics to draw", others)
+        max_points = st.select_slider("Points per line", [500, 1000, MAX_POINTS, 3000, 6000],
+                                      value=MAX_POINTS)  # fmt: skip
+        auto = st.toggle("Refresh while the run is live", value=True)
+    live = run.summary.status == "live" and auto
+    if live:
+        st.caption(f"refreshing every {s.refresh_s:g} s")
+    st.fragment(live_body, run_every=s.refresh_s if live else None)(
+        run.path, run.name, tuple(extra), int(max_points)
+    )

@@ -1,0 +1,6 @@
+"""Streamlit page script for st.navigation; the page itself is dashboard/analysis_page.py."""
+
+from dashboard.analysis_page import render
+from dashboard.ui import guarded
+
+guarded(render)
