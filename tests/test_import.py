@@ -338,3 +338,25 @@ def test_import_cli_does_not_load_torch(tmp_path):
         capture_output=True, text=True, cwd=ROOT,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
+
+
+def test_minirl_export_reimports_exactly(tmp_path, cli, imp):
+    from monitor.monitor import Monitor
+
+    rng = np.random.default_rng(5)
+    with Monitor(tmp_path / "orig") as mon:
+        for step in range(40):
+            loss = float("nan") if step == 17 else float(rng.normal())
+            mon.log(step, {"optim/loss": loss, "mismatch/kl_k1": float(rng.random()) * 1e-3})
+    for fmt in ("csv", "jsonl"):
+        exported = cli("export", str(tmp_path / "orig"), "--format", fmt)
+        assert exported.returncode == 0, exported.stderr
+        file = tmp_path / f"export.{fmt}"
+        file.write_text(exported.stdout)
+        out, run = imp(file)
+        assert out.returncode == 0, out.stderr
+        original, again = _series(tmp_path / "orig"), _series(run)
+        assert set(again) == set(original)
+        for name, values in original.items():
+            np.testing.assert_array_equal(list(again[name].values()), list(values.values()))
+            assert list(again[name]) == list(values)
