@@ -18,6 +18,12 @@ Kinds and parameters (`?` = optional):
 | scale_lr | factor: 0 < float ≤ 10 |
 | rollback | step?: int ≥ 0 (absent: the last healthy checkpoint) |
 | stop | (none) |
+
+Applying (the trainer's side): at the next step boundary, for each pending action, apply
+it and call `Monitor.resolve(id, "applied" | "rejected", detail)`. A rollback restores the
+checkpoint at `step` (or `Monitor.last_healthy_step(checkpoint_steps)`), records a
+`rollback` event, and keeps counting steps forward (the collapsed branch stays in the
+store as evidence). `stop` ends the run after recording a `stop` event.
 """
 
 from __future__ import annotations

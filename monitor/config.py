@@ -121,8 +121,9 @@ class DriftRule:
 
     Reference = median/MAD of log(max(value, floor)) over the first `reference` steps.
     S_t = min(cap·h, max(0, S_{t−1} + min(z_t, z_clip) − k)); the alert fires when S_t ≥ h
-    and the EWMA of the value is at least `min_fold` × the reference, and clears when
-    S_t < h/4. Single spikes are the LevelRule's job (z is clipped).
+    and the EWMA of the value is at least `min_fold` × the reference; it clears (and S
+    resets) when S_t < h/4 or the EWMA is back under √min_fold × the reference. Single
+    spikes are the LevelRule's job (z is clipped).
     """
 
     metric: str
@@ -140,7 +141,7 @@ class DriftRule:
     ewma_alpha: float = 0.1
     min_fold: float = 1.5
     cap: float = 2.0
-    """S is capped at cap·h, so that the alert clears soon after the level returns."""
+    """S is capped at cap·h, so that it forgets an old excursion."""
     cooldown: int = 50
     severity: Severity = "warning"
     enabled: bool = True

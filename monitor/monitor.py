@@ -253,11 +253,24 @@ class Monitor:
     def last_step(self) -> int | None:
         return self.store.last_step()
 
+    def last_healthy_step(self, candidates: Sequence[int]) -> int | None:
+        """The latest of `candidates` (e.g. checkpoint steps) before the first step of any
+        open warning or critical alert: where a `rollback {}` without a step should go.
+        None if every candidate is at or after the breakdown began."""
+        self._check_open()
+        onset = min(
+            (a.step for a in self.store.open_alerts() if a.severity != "info"), default=None
+        )
+        ok = [c for c in candidates if onset is None or c < onset]
+        return max(ok) if ok else None
+
     def truncate_after(self, step: int) -> dict[str, int]:
-        """Drop scalars, histograms and alerts of steps > `step` (logged after the
-        checkpoint being resumed or rolled back to), record it as an event, and rebuild
-        the detectors' baselines from the steps kept. Actions are kept: they are the
-        audit trail. Returns the number of rows dropped per table."""
+        """Drop scalars, histograms and alerts of steps > `step`, record it as an event,
+        and rebuild the detectors' baselines from the steps kept. For `--resume` after a
+        crash, whose steps after the checkpoint are about to be logged again. Not for a
+        rollback: the rolled-back branch is evidence, so after a rollback keep counting
+        steps forward and record a 'rollback' event instead. Actions are kept (the audit
+        trail). Returns the number of rows dropped per table."""
         self._check_open()
         if isinstance(step, bool) or not isinstance(step, int):
             raise UserError(f"truncate_after needs an integer step, got {step!r}")

@@ -248,3 +248,16 @@ def test_bad_actions_are_one_line_errors(kind, params, msg):
     with pytest.raises(UserError, match=msg) as err:
         validate(kind, params)
     assert "\n" not in str(err.value)
+
+
+def test_last_healthy_checkpoint_is_before_the_first_open_alert(tmp_path):
+    mon = Monitor(tmp_path / "r", controls=CONTROLS)
+    for i in range(100):
+        kl = 0.05 if 60 <= i < 70 else 1e-3  # warning level from 60 (z-critical too)
+        mon.log(i, {**_healthy_step(i, kl), "x/info": 1.0})
+    assert mon.last_healthy_step([20, 40, 60, 80]) == 80  # the breakdown cleared at 72
+    for i in range(100, 130):
+        mon.log(i, _healthy_step(i, 0.05 if i >= 110 else 1e-3))  # open from 110
+    assert mon.last_healthy_step([20, 40, 100, 110, 120]) == 100
+    assert mon.last_healthy_step([110, 120]) is None
+    mon.close()

@@ -468,3 +468,14 @@ def test_a_v1_store_is_migrated_to_chunks_by_the_writer(tmp_path, monkeypatch):
     raw = sqlite3.connect(path / STORE_FILE)
     assert raw.execute("SELECT lo FROM scalar_chunks ORDER BY lo").fetchall() == [(0,), (4,)]
     raw.close()
+
+
+def test_prometheus_port_starts_the_exporter_on_loopback(tmp_path):
+    import urllib.request
+
+    mon = Monitor(tmp_path / "run7", prometheus_port=0)
+    port = mon._exporter.port
+    mon.log(0, {"reward/mean": 0.25})
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    mon.close()
+    assert 'minirl_metric{name="reward/mean",run="run7"} 0.25' in body

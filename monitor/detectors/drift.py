@@ -48,7 +48,9 @@ class DriftDetector:
             if self._gate.fire(step, r.severity):
                 return [self._draft(x, fold)]
             return []
-        if self._gate.open and self._s < r.h / 4 and self._gate.calm(step):
+        back = self._s < r.h / 4 or fold < math.sqrt(r.min_fold)
+        if self._gate.open and back and self._gate.calm(step):
+            self._s = 0.0
             return [Cleared(self.name, r.metric)]
         if not self._gate.open:
             self._gate.quiet()
