@@ -85,6 +85,11 @@ class TorchInferenceEngine:
             raise ValueError("generate: every prompt needs at least one token")
         if params.n < 1 or params.max_new_tokens < 1:
             raise ValueError(f"generate: n={params.n}, max_new_tokens={params.max_new_tokens}")
+        if params.temperature < 0 or not 0 < params.top_p <= 1 or params.top_k < 0:
+            raise ValueError(
+                f"generate: temperature={params.temperature} (>= 0, 0 = greedy), "
+                f"top_p={params.top_p} (in (0, 1]), top_k={params.top_k} (>= 0)"
+            )
         rows = [list(map(int, p)) for p in prompts for _ in range(params.n)]
         batch = len(rows)
         plen = torch.tensor([len(r) for r in rows])
