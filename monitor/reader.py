@@ -32,7 +32,7 @@ from monitor.records import (
     RunSummary,
     severity_rank,
 )
-from monitor.store import (
+from monitor.schema import (
     SCHEMA_VERSION,
     STORE_FILE,
     _actions,

@@ -1,31 +1,14 @@
-"""The run store: one SQLite file per run (`<run_dir>/store.sqlite`), its schema and I/O.
+"""The run store's writer: one SQLite file per run (`<run_dir>/store.sqlite`).
 
 The hub of DESIGN.md: the trainer appends one transaction per step through `RunStore`
 (used by `Monitor`); the dashboard, `analyze` and `export` read through
 `reader.RunReader` while the run is live; the dashboard requests actions with
-`request_action` (here, because it writes).
+`request_action` (here, because it writes). Schema and migrations: schema.py.
 
 Durability: WAL journal, `synchronous=NORMAL`, one transaction per step. A killed
 writer loses at most the step it was writing; the file stays readable. Readers use a
 read-only URI and a busy timeout, so they never block the writer nor fail on its locks.
-
-Values: scalars are REAL; ±inf are stored as IEEE infinities and NaN as NULL (SQLite
-has no NaN), so NULL in `scalars.value` means NaN and reads back as NaN. SQLite keeps
-no sign on zero: −0.0 reads back as 0.0.
-
-Schema (version in `PRAGMA user_version`; `MIGRATIONS[v]` upgrades v → v+1 when a writer
-opens an older store):
-    meta(key, value)                    app='minirl', run_id, created_at, config, controls (JSON)
-    metrics(id, name, kind)             kind 'scalar' | 'histogram'
-    steps(step, time)                   one row per log call: the heartbeat
-    scalars(metric_id, step, value)     WITHOUT ROWID, keyed (metric_id, step): range scans
-    scalar_chunks(metric_id, lo, hi, n, steps, vals)  v2: the same series as blobs of
-                                        256 steps, written once a chunk is complete
-    histograms(metric_id, step, lo, hi, counts BLOB int64 LE [bins+2], n, ..., p01..p99)
-    alerts(id, step, detector, severity, metric, value, baseline, window_steps, factor, ...)
-    actions(id, kind, params JSON, reason, source, alert_id, status, step, ...)
-    events(id, step, kind, detail JSON, time)
-Reading is reader.py's job. This module knows nothing of detectors or remediation.
+This module knows nothing of detectors or remediation.
 """
 
 from __future__ import annotations
@@ -33,189 +16,38 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import math
 import os
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
-
 from monitor import actions as action_kinds
+from monitor import schema
 from monitor.errors import UserError
-from monitor.histograms import QUANTILES, HistogramRow
-from monitor.records import (
-    Action,
-    Alert,
-    AlertDraft,
+from monitor.histograms import HistogramRow
+from monitor.records import Action, Alert, AlertDraft
+from monitor.schema import (
+    _QCOLS,
+    APP_ID,
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    STORE_FILE,
+    _actions,
+    _alerts,
+    _check_identity,
+    _f,
+    _json,
+    _nan_to_none,
+    _not_a_store,
+    compact,
+    compacted_upto,
+    store_path,
 )
 
-STORE_FILE = "store.sqlite"
-APP_ID = "minirl"
-_QCOLS = tuple(QUANTILES)  # p01 .. p99 columns of `histograms`
-
-
-def _run_script(conn: sqlite3.Connection, script: str) -> None:
-    """Statement by statement: `executescript` would commit the caller's transaction."""
-    for statement in script.split(";"):
-        if statement.strip():
-            conn.execute(statement)
-
-
-def _v0_to_v1(conn: sqlite3.Connection) -> None:
-    q = ", ".join(f"{c} REAL" for c in _QCOLS)
-    _run_script(
-        conn,
-        f"""
-        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-        CREATE TABLE metrics (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE,
-                              kind TEXT NOT NULL DEFAULT 'scalar');
-        CREATE TABLE steps (step INTEGER PRIMARY KEY, time REAL NOT NULL);
-        CREATE TABLE scalars (metric_id INTEGER NOT NULL, step INTEGER NOT NULL, value REAL,
-                              PRIMARY KEY (metric_id, step)) WITHOUT ROWID;
-        CREATE TABLE histograms (metric_id INTEGER NOT NULL, step INTEGER NOT NULL,
-                                 lo REAL NOT NULL, hi REAL NOT NULL, counts BLOB NOT NULL,
-                                 n INTEGER NOT NULL, n_nonfinite INTEGER NOT NULL,
-                                 mean REAL, std REAL, min REAL, max REAL, {q},
-                                 PRIMARY KEY (metric_id, step)) WITHOUT ROWID;
-        CREATE TABLE alerts (id INTEGER PRIMARY KEY, step INTEGER NOT NULL,
-                             detector TEXT NOT NULL, severity TEXT NOT NULL,
-                             metric TEXT NOT NULL, value REAL, baseline REAL,
-                             window_steps INTEGER NOT NULL, factor TEXT NOT NULL,
-                             message TEXT NOT NULL, remedy TEXT NOT NULL, time REAL NOT NULL,
-                             cleared_step INTEGER);
-        CREATE INDEX alerts_by_step ON alerts (step);
-        CREATE TABLE actions (id INTEGER PRIMARY KEY, kind TEXT NOT NULL, params TEXT NOT NULL,
-                              reason TEXT NOT NULL, source TEXT NOT NULL, alert_id INTEGER,
-                              status TEXT NOT NULL
-                                CHECK (status IN ('pending', 'applied', 'rejected')),
-                              step INTEGER, time REAL NOT NULL, resolved_step INTEGER,
-                              resolved_time REAL, detail TEXT NOT NULL DEFAULT '');
-        CREATE INDEX actions_by_status ON actions (status);
-        CREATE TABLE events (id INTEGER PRIMARY KEY, step INTEGER, kind TEXT NOT NULL,
-                             detail TEXT NOT NULL, time REAL NOT NULL);
-        """,
-    )
-
-
-CHUNK_STEPS = 256  # steps per compacted chunk of one metric's series
-
-
-def _v1_to_v2(conn: sqlite3.Connection) -> None:
-    """Chunked copies of the scalar series: one row per (metric, 256 steps) holding the
-    steps and values as little-endian int64/float64 blobs, so that a 100k-step series is
-    ~400 rows to read instead of 100k (the dashboard's interactive load)."""
-    _run_script(
-        conn,
-        """
-        CREATE TABLE scalar_chunks (metric_id INTEGER NOT NULL, lo INTEGER NOT NULL,
-                                    hi INTEGER NOT NULL, n INTEGER NOT NULL,
-                                    steps BLOB NOT NULL, vals BLOB NOT NULL,
-                                    PRIMARY KEY (metric_id, lo)) WITHOUT ROWID;
-        INSERT OR REPLACE INTO meta (key, value) VALUES ('compacted_upto', '0')
-        """,
-    )
-    last = conn.execute("SELECT max(step) FROM steps").fetchone()[0]
-    if last is not None:
-        compact(conn, (last // CHUNK_STEPS) * CHUNK_STEPS)
-
-
-def compacted_upto(conn: sqlite3.Connection) -> int:
-    """Steps below this are in `scalar_chunks` (as well as in `scalars`)."""
-    row = conn.execute("SELECT value FROM meta WHERE key = 'compacted_upto'").fetchone()
-    return int(row[0]) if row else 0
-
-
-def compact(conn: sqlite3.Connection, upto: int) -> None:
-    """Copy the scalars of steps in [compacted_upto, upto) into chunks; `upto` is a
-    multiple of CHUNK_STEPS and at most the last step's chunk start, so a chunk never
-    changes once written (the last step may still be merged into; earlier ones cannot)."""
-    done = compacted_upto(conn)
-    if upto <= done:
-        return
-    chunks = [
-        r[0]
-        for r in conn.execute(
-            f"SELECT DISTINCT step / {CHUNK_STEPS} FROM steps WHERE step >= ? AND step < ?",
-            (done, upto),
-        )
-    ]
-    ids = [r[0] for r in conn.execute("SELECT id FROM metrics WHERE kind = 'scalar'")]
-    for c in chunks:
-        lo, hi = c * CHUNK_STEPS, (c + 1) * CHUNK_STEPS
-        for mid in ids:
-            rows = conn.execute(
-                "SELECT step, value FROM scalars WHERE metric_id = ? AND step >= ? AND step < ?"
-                " ORDER BY step",
-                (mid, lo, hi),
-            ).fetchall()
-            if rows:
-                arr = np.array(rows, dtype=np.float64)  # NULL -> NaN
-                conn.execute(
-                    "INSERT OR REPLACE INTO scalar_chunks VALUES (?, ?, ?, ?, ?, ?)",
-                    (
-                        mid,
-                        lo,
-                        hi,
-                        len(rows),
-                        arr[:, 0].astype("<i8").tobytes(),
-                        arr[:, 1].astype("<f8").tobytes(),
-                    ),
-                )
-    conn.execute("UPDATE meta SET value = ? WHERE key = 'compacted_upto'", (str(upto),))
-
-
-# MIGRATIONS[v] upgrades a store at version v to v + 1, inside the caller's transaction.
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v0_to_v1, _v1_to_v2]
-SCHEMA_VERSION = len(MIGRATIONS)
-
-
-def store_path(run: str | os.PathLike[str]) -> Path:
-    """`run` is a run directory or a store file; return the store file's path."""
-    path = Path(run)
-    return path / STORE_FILE if path.is_dir() or path.suffix != ".sqlite" else path
-
-
-def _not_a_store(path: Path, why: str) -> UserError:
-    return UserError(f"{path} is not a readable minirl run store ({why})")
-
-
-def _check_identity(conn: sqlite3.Connection, path: Path) -> int:
-    """The schema version of a minirl store, or UserError for anything else."""
-    try:
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        if version == 0 and not tables:
-            return 0  # a new, empty database
-        row = None
-        if "meta" in tables:
-            row = conn.execute("SELECT value FROM meta WHERE key = 'app'").fetchone()
-    except sqlite3.DatabaseError as err:
-        raise _not_a_store(path, str(err)) from None
-    if row is None or row[0] != APP_ID:
-        raise _not_a_store(path, "no minirl metadata: a SQLite database of something else")
-    if version > SCHEMA_VERSION:
-        raise UserError(
-            f"{path} has schema version {version}, newer than this minirl's "
-            f"{SCHEMA_VERSION}; upgrade minirl to read it"
-        )
-    return version
-
-
-def _nan_to_none(value: float) -> float | None:
-    return None if math.isnan(value) else value
-
-
-def _f(value: float | None) -> float:
-    return float("nan") if value is None else float(value)
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, allow_nan=True, default=str)
-
+__all__ = ["SCHEMA_VERSION", "STORE_FILE", "RunStore", "request_action", "store_path"]
 
 # ---------------------------------------------------------------------------- writer
 
@@ -320,7 +152,7 @@ class RunStore:
             "INSERT OR REPLACE INTO scalars (metric_id, step, value) VALUES (?, ?, ?)",
             [(self._metric_id(k, "scalar"), step, _nan_to_none(v)) for k, v in scalars.items()],
         )
-        boundary = (step // CHUNK_STEPS) * CHUNK_STEPS
+        boundary = (step // schema.CHUNK_STEPS) * schema.CHUNK_STEPS
         if boundary > self._compacted:
             compact(self._conn, boundary)  # once per CHUNK_STEPS steps
             self._compacted = boundary
@@ -420,7 +252,7 @@ class RunStore:
 
     def delete_after(self, step: int) -> dict[str, int]:
         """Drop scalars, histograms, heartbeats and alerts of steps > `step`; return counts."""
-        boundary = min(self._compacted, (step // CHUNK_STEPS) * CHUNK_STEPS)
+        boundary = min(self._compacted, (step // schema.CHUNK_STEPS) * schema.CHUNK_STEPS)
         self._conn.execute("DELETE FROM scalar_chunks WHERE lo >= ?", (boundary,))
         self._conn.execute(
             "UPDATE meta SET value = ? WHERE key = 'compacted_upto'", (str(boundary),)
@@ -473,41 +305,6 @@ def _insert_action(
         (kind, _json(params), reason, source, alert_id, step, now),
     ).lastrowid
     return Action(action_id, kind, params, reason, source, alert_id, "pending", step, now)  # type: ignore[arg-type]
-
-
-def _alerts(conn: sqlite3.Connection, where: str, args: Sequence[Any]) -> list[Alert]:
-    rows = conn.execute(
-        "SELECT id, step, detector, severity, metric, value, baseline, window_steps, factor,"
-        f" message, remedy, time, cleared_step FROM alerts WHERE 1 = 1{where} ORDER BY id",
-        args,
-    ).fetchall()
-    return [
-        Alert(
-            detector=r[2],
-            severity=r[3],
-            metric=r[4],
-            value=_f(r[5]),
-            baseline=_f(r[6]),
-            window=r[7],
-            factor=r[8],
-            message=r[9],
-            remedy=r[10],
-            id=r[0],
-            step=r[1],
-            time=r[11],
-            cleared_step=r[12],
-        )
-        for r in rows
-    ]
-
-
-def _actions(conn: sqlite3.Connection, where: str, args: Sequence[Any]) -> list[Action]:
-    rows = conn.execute(
-        "SELECT id, kind, params, reason, source, alert_id, status, step, time, resolved_step,"
-        f" resolved_time, detail FROM actions {where} ORDER BY id",
-        args,
-    ).fetchall()
-    return [Action(r[0], r[1], json.loads(r[2]), *r[3:]) for r in rows]
 
 
 def request_action(

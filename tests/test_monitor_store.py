@@ -398,7 +398,7 @@ def _truth(reader, name, start=None, end=None):
 def test_chunked_series_equal_the_rows_across_boundaries_truncation_and_migration(
     tmp_path, monkeypatch
 ):
-    monkeypatch.setattr("monitor.store.CHUNK_STEPS", 8)
+    monkeypatch.setattr("monitor.schema.CHUNK_STEPS", 8)
     run = tmp_path / "r"
     mon = Monitor(run)
     for step in range(0, 60):
@@ -433,9 +433,9 @@ def test_chunked_series_equal_the_rows_across_boundaries_truncation_and_migratio
 
 
 def test_a_v1_store_is_migrated_to_chunks_by_the_writer(tmp_path, monkeypatch):
-    from monitor import store as store_mod
+    from monitor import schema as store_mod
 
-    monkeypatch.setattr("monitor.store.CHUNK_STEPS", 4)
+    monkeypatch.setattr("monitor.schema.CHUNK_STEPS", 4)
     path = tmp_path / "old"
     path.mkdir()
     conn = sqlite3.connect(path / STORE_FILE, isolation_level=None)
