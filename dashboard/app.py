@@ -12,14 +12,21 @@ import streamlit as st
 from dashboard.settings import is_loopback
 from dashboard.ui import PAGES, settings
 
-st.set_page_config(page_title="minirl dashboard", page_icon="📈", layout="wide")
+st.set_page_config(page_title="minirl dashboard", page_icon=":material/monitoring:", layout="wide")
 
 nav = st.navigation(
     [
-        st.Page(PAGES["runs"], title="Runs", icon="🗂️", url_path="runs", default=True),
-        st.Page(PAGES["live"], title="Live run", icon="📈", url_path="live"),
-        st.Page(PAGES["alerts"], title="Alerts and actions", icon="🚨", url_path="alerts"),
-        st.Page(PAGES["analysis"], title="Analysis", icon="🔬", url_path="analysis"),
+        st.Page(PAGES["runs"], title="Runs", icon=":material/list:", url_path="runs", default=True),
+        st.Page(PAGES["live"], title="Live run", icon=":material/monitoring:", url_path="live"),
+        st.Page(
+            PAGES["alerts"],
+            title="Alerts and actions",
+            icon=":material/notifications:",
+            url_path="alerts",
+        ),
+        st.Page(
+            PAGES["analysis"], title="Analysis", icon=":material/troubleshoot:", url_path="analysis"
+        ),
     ]
 )
 s = settings()

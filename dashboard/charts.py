@@ -97,7 +97,7 @@ def line_figure(
     add_spans(fig, spans)
     add_marks(fig, marks)
     if log_y:
-        fig.update_layout(yaxis_type="log")
+        fig.update_layout(yaxis={"type": "log", "dtick": 1, "exponentformat": "power"})
     return _layout(fig, title, height)
 
 

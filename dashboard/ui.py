@@ -19,14 +19,15 @@ from dashboard.data import RunEntry, find_runs
 from dashboard.settings import Settings, is_loopback, settings_from_env, write_permission
 from monitor.errors import UserError
 
-STATUS_BADGE = {"live": "🟢 live", "finished": "⚪ finished", "crashed": "🔴 crashed"}
-HEALTH_BADGE = {"healthy": "✅ healthy", "warning": "🟠 warning", "critical": "🔴 critical"}
+# plain symbols (no emoji): they render with the fonts of a bare Debian too
+STATUS_BADGE = {"live": "● live", "finished": "○ finished", "crashed": "✕ crashed"}
+HEALTH_BADGE = {"healthy": "✓ healthy", "warning": "▲ warning", "critical": "✕ critical"}
 P = ParamSpec("P")
 PAGES = {
-    "runs": "pages/runs.py",
-    "live": "pages/live.py",
-    "alerts": "pages/alerts.py",
-    "analysis": "pages/analysis.py",
+    "runs": "views/runs.py",
+    "live": "views/live.py",
+    "alerts": "views/alerts.py",
+    "analysis": "views/analysis.py",
 }
 
 
