@@ -177,3 +177,11 @@ def test_sampler_filters_and_raw_logprobs():
     torch.testing.assert_close(lp, probs[0, tok].log())  # raw: before temperature
     tok, _ = sample_next(logits, SamplingParams(temperature=0.0), g)
     assert tok.tolist() == [0]
+
+
+def test_factory_picks_the_configured_backend(ckpt):
+    from trainer.engines.factory import make_inference_engine
+
+    eng = make_inference_engine(ckpt, EngineConfig(inference="torch", inference_dtype="fp32"))
+    assert isinstance(eng, TorchInferenceEngine) and eng.model.dtype == torch.float32
+    eng.close()
