@@ -58,7 +58,9 @@ def routing_metrics(
 
     a, b = experts_a.sort(dim=-1).values, experts_b.sort(dim=-1).values
     differs = (a != b).any(dim=-1) & valid  # [B, T, L]: sorted sets differ
-    shared = (experts_a[..., :, None] == experts_b[..., None, :]).any(dim=-1).sum(dim=-1)
+    shared = torch.zeros(valid.shape, dtype=torch.long, device=valid.device)  # [B, T, L] |A∩B|
+    for j in range(k):  # k passes of [B, T, L, k] instead of one [B, T, L, k, k] temporary
+        shared += (experts_a[..., j : j + 1] == experts_b).any(dim=-1)
     n_valid = valid.sum()
     per_layer_valid = valid.sum(dim=(0, 1))  # [L]
     per_layer = differs.sum(dim=(0, 1)) / per_layer_valid.clamp(min=1)
