@@ -1,0 +1,99 @@
+"""Checkpoints of an RL run: the policy, AdamW, the controls, and the step they belong to.
+
+One file per checkpoint, `<run_dir>/checkpoints/step_<N>.pt`, written atomically (temp
+file + rename) so a crash mid-write leaves the previous checkpoints intact. Content is
+plain tensors, numbers, strings and lists, so it loads with `weights_only=True`. This
+module does not decide when to checkpoint or which one is healthy (the loop and the
+monitor do).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from minirl.loss import LossConfig
+from monitor.errors import UserError
+from trainer.controls import Controls
+
+_NAME = re.compile(r"^step_(\d+)\.pt$")
+FORMAT = 1
+
+
+def checkpoint_dir(run_dir: Path) -> Path:
+    return run_dir / "checkpoints"
+
+
+def list_checkpoints(run_dir: Path) -> dict[int, Path]:
+    """{step: path} of the run's complete checkpoints."""
+    folder = checkpoint_dir(run_dir)
+    if not folder.is_dir():
+        return {}
+    found = {}
+    for path in folder.iterdir():
+        m = _NAME.match(path.name)
+        if m:
+            found[int(m.group(1))] = path
+    return dict(sorted(found.items()))
+
+
+def save_checkpoint(
+    run_dir: Path, step: int, policy_state: dict[str, Any], controls: Controls, keep: int
+) -> Path:
+    """Write step_<step>.pt atomically, then keep only the `keep` most recent."""
+    folder = checkpoint_dir(run_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"step_{step:06d}.pt"
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    payload = {
+        "format": FORMAT,
+        "step": step,
+        "policy": policy_state,
+        "controls": _controls_to_data(controls),
+        "torch_rng": torch.get_rng_state(),
+    }
+    torch.save(payload, tmp)
+    os.replace(tmp, path)
+    for old in list(list_checkpoints(run_dir))[:-keep]:
+        list_checkpoints(run_dir)[old].unlink(missing_ok=True)
+    return path
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    """The payload of a checkpoint file (weights_only), or a UserError saying what is wrong."""
+    try:
+        payload = torch.load(path, weights_only=True, map_location="cpu")
+    except FileNotFoundError:
+        raise UserError(f"checkpoint {path}: no such file") from None
+    except Exception as err:  # unpickling errors have many types; all mean "not loadable"
+        raise UserError(f"checkpoint {path}: cannot be loaded ({type(err).__name__})") from None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise UserError(f"checkpoint {path}: not a minirl checkpoint of format {FORMAT}")
+    return payload
+
+
+def controls_from_data(data: dict[str, Any]) -> Controls:
+    loss = dict(data["loss"])
+    loss["band"] = tuple(loss["band"])
+    return Controls(
+        loss=LossConfig(**loss),
+        mini_batches=int(data["mini_batches"]),
+        routing_replay=data["routing_replay"],
+        lr_scale=float(data["lr_scale"]),
+    )
+
+
+def _controls_to_data(controls: Controls) -> dict[str, Any]:
+    loss = dataclasses.asdict(controls.loss)
+    loss["band"] = list(loss["band"])
+    return {
+        "loss": loss,
+        "mini_batches": controls.mini_batches,
+        "routing_replay": controls.routing_replay,
+        "lr_scale": controls.lr_scale,
+    }

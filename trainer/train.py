@@ -1,0 +1,70 @@
+"""`minirl train CONFIG [--set a.b=c ...] [--run-dir DIR] [--resume]`: one RL run.
+
+Parses the command line, resolves the config and hands it to `trainer.run.train`. Every
+user-caused problem (bad config, missing file, a run dir already in use) is a UserError
+that the CLI prints in one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+from trainer.config import load_config
+from trainer.run import resume_config, train
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="minirl train", description=__doc__.splitlines()[0])
+    p.add_argument("config", nargs="?", help="YAML run config (optional with --resume)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key, e.g. --set train.mini_batches=4 (repeatable)")
+    p.add_argument("--run-dir", help="where the store, checkpoints and config go")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --run-dir (or the config's) from its last checkpoint")
+    p.add_argument("--prometheus-port", type=int, default=None,
+                   help="serve the run's metrics for Prometheus on 127.0.0.1:PORT")
+    p.add_argument("--webhook", default=None, help="POST alerts as JSON to this URL")
+    p.add_argument("--slack", action="store_true", help="send the webhook in Slack's format")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p  # fmt: skip
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    if args.resume and args.config is None:
+        if not args.run_dir:
+            raise _usage("--resume without CONFIG needs --run-dir")
+        cfg = resume_config(Path(args.run_dir), args.overrides)
+    elif args.config is None:
+        raise _usage("CONFIG is required (or --resume --run-dir DIR)")
+    else:
+        cfg = load_config(args.config, args.overrides)
+    if args.run_dir:
+        cfg = dataclasses.replace(cfg, run_dir=args.run_dir)
+    notifier = None
+    if args.webhook:
+        from monitor.webhook import WebhookNotifier
+
+        notifier = WebhookNotifier(args.webhook, run=cfg.name, format="slack" if args.slack else "json")
+    result = train(
+        cfg,
+        resume=args.resume,
+        progress=not args.quiet,
+        notifier=notifier,
+        prometheus_port=args.prometheus_port,
+    )
+    first = f"{result.first_eval:.3f}" if result.first_eval is not None else "-"
+    last = f"{result.last_eval:.3f}" if result.last_eval is not None else "-"
+    print(
+        f"run {result.run_dir}: {result.stopped} at step {result.last_step}; "
+        f"held-out accuracy {first} -> {last}"
+    )
+    return 0 if result.stopped in ("completed", "stop action") else 1
+
+
+def _usage(message: str) -> Exception:
+    from monitor.errors import UserError
+
+    return UserError(message)
