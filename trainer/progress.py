@@ -61,7 +61,7 @@ class Progress:
 
 
 class NoProgress(Progress):
-    def __init__(self) -> None:  # noqa: D107 - a no-op bar
+    def __init__(self) -> None:
         pass
 
     def update(self, step: int, scalars: dict[str, float], note: str = "") -> None:

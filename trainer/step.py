@@ -108,9 +108,7 @@ def rl_step(
     cosine = float("nan")
     for m in range(controls.mini_batches):
         rows = slice(m * per_mb * n, (m + 1) * per_mb * n)
-        replay = {"none": None, "R2": routing_old, "R3": rollout.routing}[
-            controls.routing_replay
-        ]
+        replay = {"none": None, "R2": routing_old, "R3": rollout.routing}[controls.routing_replay]
         logp, _, routed = policy.forward_logprobs(
             ids[rows],
             attn[rows],
@@ -156,17 +154,12 @@ def rl_step(
         s.update(entropy_metrics(entropy, mask))
         if moe and rollout.routing is not None:
             scored = _scoring_positions(mask)  # forwards whose logits score a response token
-            s.update(
-                routing_metrics(
-                    routing_old, rollout.routing, scored, _num_experts(policy), "mismatch_train_infer"
-                )
-            )
-            if routing_now is not None:
-                s.update(
-                    routing_metrics(
-                        routing_now, routing_old, scored, _num_experts(policy), "mismatch_stale"
-                    )
-                )
+            experts = _num_experts(policy)
+            # e^π_old vs e^μ_old (train-inference), e^π_θ vs e^π_old (staleness)
+            e_mu, e_old, e_now = rollout.routing, routing_old, routing_now
+            s.update(routing_metrics(e_old, e_mu, scored, experts, "mismatch_train_infer"))
+            if e_now is not None:
+                s.update(routing_metrics(e_now, e_old, scored, experts, "mismatch_stale"))
         keep = mask > 0
         out.distributions = {
             "mismatch/log_ratio": log_rho[keep].tolist(),
@@ -216,7 +209,7 @@ def _scoring_positions(mask: torch.Tensor) -> torch.Tensor:
 
 def _num_experts(policy: TrainingEngine) -> int:
     cfg = policy.model.config
-    return int(getattr(cfg, "num_experts", None) or getattr(cfg, "num_local_experts"))
+    return int(getattr(cfg, "num_experts", None) or cfg.num_local_experts)
 
 
 def _merge_minibatch_stats(mb_stats: list[tuple[int, dict[str, float]]]) -> dict[str, float]:
@@ -242,12 +235,13 @@ def _outcome_metrics(
 ) -> dict[str, float]:
     """reward/* and response/* of DESIGN.md's table."""
     groups = rewards.view(-1, n)
+    all_equal = groups.max(dim=1).values == groups.min(dim=1).values  # [G]: Â = 0 for the group
     lengths = mask.sum(dim=1).to(torch.float64)
     return {
         "reward/mean": float(rewards.mean()),
         "reward/std": float(rewards.std(unbiased=False)),
         "reward/acc": float((rewards > 0.5).double().mean()),
-        "reward/zero_adv_group_frac": float((groups.max(1).values == groups.min(1).values).double().mean()),
+        "reward/zero_adv_group_frac": float(all_equal.double().mean()),
         "response/len_mean": float(lengths.mean()),
         "response/len_max": float(lengths.max()),
         "response/trunc_frac": float(truncated.double().mean()),

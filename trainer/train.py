@@ -18,13 +18,26 @@ from trainer.run import resume_config, train
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="minirl train", description=__doc__.splitlines()[0])
     p.add_argument("config", nargs="?", help="YAML run config (optional with --resume)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config key, e.g. --set train.mini_batches=4 (repeatable)")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key, e.g. --set train.mini_batches=4 (repeatable)",
+    )
     p.add_argument("--run-dir", help="where the store, checkpoints and config go")
-    p.add_argument("--resume", action="store_true",
-                   help="continue the run in --run-dir (or the config's) from its last checkpoint")
-    p.add_argument("--prometheus-port", type=int, default=None,
-                   help="serve the run's metrics for Prometheus on 127.0.0.1:PORT")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --run-dir (or the config's) from its last checkpoint",
+    )
+    p.add_argument(
+        "--prometheus-port",
+        type=int,
+        default=None,
+        help="serve the run's metrics for Prometheus on 127.0.0.1:PORT",
+    )
     p.add_argument("--webhook", default=None, help="POST alerts as JSON to this URL")
     p.add_argument("--slack", action="store_true", help="send the webhook in Slack's format")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -47,7 +60,8 @@ def main(argv: list[str]) -> int:
     if args.webhook:
         from monitor.webhook import WebhookNotifier
 
-        notifier = WebhookNotifier(args.webhook, run=cfg.name, format="slack" if args.slack else "json")
+        fmt = "slack" if args.slack else "json"
+        notifier = WebhookNotifier(args.webhook, run=cfg.name, format=fmt)
     result = train(
         cfg,
         resume=args.resume,
