@@ -49,6 +49,7 @@ class Browser:
             start_new_session=True,  # its own process group: close() ends every child
         )  # fmt: skip
         self.ws = None
+        self._stack = contextlib.ExitStack()
         self._ids = itertools.count(1)
         try:
             self._attach(port_file, width, height)
@@ -65,7 +66,8 @@ class Browser:
         port = int(port_file.read_text().split()[0])
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as r:
             pages = [t for t in json.load(r) if t["type"] == "page"]
-        self.ws = connect(pages[0]["webSocketDebuggerUrl"], max_size=2**28, open_timeout=10)
+        url = pages[0]["webSocketDebuggerUrl"]
+        self.ws = self._stack.enter_context(connect(url, max_size=2**28, open_timeout=10))
         self.call("Page.enable")
         self.call("Emulation.setDeviceMetricsOverride", width=width, height=height,
                   deviceScaleFactor=1, mobile=False)  # fmt: skip
@@ -108,9 +110,8 @@ class Browser:
         return path
 
     def close(self) -> None:
-        if self.ws is not None:
-            self.ws.close()
-            self.ws = None
+        self._stack.close()  # the websocket, if open
+        self.ws = None
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGTERM)  # the group this Browser started
         try:
