@@ -123,7 +123,13 @@ def policy_loss(
     mask: torch.Tensor,  # [B, T] 1 on response tokens
     config: LossConfig,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """(loss, stats): loss = −J of `config.variant`; stats under canonical names."""
+    """(loss, stats): loss = −J of `config.variant`, a scalar carrying the gradient of
+    `logp` only; stats as python floats: staleness/{ratio_mean,ratio_min,ratio_max,kl_k3,
+    mask_frac}, is/{weight_mean,weight_max,trunc_frac}, optim/loss (see `_stats`).
+
+    B is the number of rows given. A trainer that splits a mini-batch into micro-batches
+    scales each micro-batch's loss by B_micro / B_mini to keep MiniRL's 1/B_mini.
+    """
     log_rho, log_r, log_w = log_is_decomposition(logp, logp_old, logp_rollout)  # checks shapes
     mask = as_mask(mask, logp.shape)
     check_advantages(advantages, logp.shape[0])
@@ -217,9 +223,8 @@ def _cispo(logp, ratio, factor, adv, c: LossConfig):
 
 
 def _region(ratio, adv, eps_low, eps_high, clip: bool) -> torch.Tensor:
-    if not clip:
-        shape = torch.broadcast_shapes(ratio.shape, adv.shape)
-        return torch.zeros(shape, dtype=torch.bool, device=ratio.device)
+    if not clip:  # adv is [B, 1], so the region has ratio's shape
+        return torch.zeros_like(ratio, dtype=torch.bool)
     return clipped_region(ratio, adv, eps_low, eps_high)
 
 
