@@ -193,15 +193,20 @@ def test_failed_verification_is_an_error(engine, ckpt, monkeypatch):
 def test_check_sync_bounds():
     ref = torch.zeros(2, 3)
     assert vllm_weights.check_sync(ref + 5e-5, ref, "fp32", 0.0).on == "max"
+    for bad in (2e-4, float("nan")):
+        with pytest.raises(vllm_weights.WeightSyncError):
+            vllm_weights.check_sync(ref + bad, ref, "fp32", 0.0)
+    # bf16: mean bound = max(floor, factor * mean |transformers bf16 - fp32|)
+    noisy = ref + 0.01
+    report = vllm_weights.check_sync(ref + 0.02, ref, "bf16", 0.0, noisy)
+    assert report.on == "mean" and report.tol == pytest.approx(0.03)
+    with pytest.raises(vllm_weights.WeightSyncError, match="mean"):
+        vllm_weights.check_sync(ref + 0.04, ref, "bf16", 0.0, noisy)
+    assert vllm_weights.check_sync(ref + 0.004, ref, "bf16", 0.0, ref).tol == 5e-3
     with pytest.raises(vllm_weights.WeightSyncError):
-        vllm_weights.check_sync(ref + 2e-4, ref, "fp32", 0.0)
-    spiky = ref.clone()
-    spiky[0, 0] = 1.5  # one routing flip in bf16: mean 0.25 -> too much
-    with pytest.raises(vllm_weights.WeightSyncError):
-        vllm_weights.check_sync(spiky, ref, "bf16", 0.0)
-    assert vllm_weights.check_sync(ref + 0.01, ref, "bf16", 0.0).on == "mean"
-    with pytest.raises(vllm_weights.WeightSyncError):
-        vllm_weights.check_sync(ref + float("nan"), ref, "fp32", 0.0)
+        vllm_weights.check_sync(ref + 0.006, ref, "bf16", 0.0, ref)
+    with pytest.raises(ValueError, match="reference_low"):
+        vllm_weights.check_sync(ref, ref, "bf16", 0.0)
 
 
 def test_bad_inputs(engine):

@@ -47,6 +47,7 @@ from trainer.engines.config import EngineConfig
 from trainer.engines.vllm_routing import RoutingCapture
 
 _VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
+_TORCH = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def import_vllm():
@@ -305,9 +306,13 @@ class VLLMEngine:
         if not verify:
             return
         mine = torch.stack(self.sequence_logprobs(self.probe))
-        ref = vllm_weights.reference_logprobs(model, self.probe, self.config.weight_quant)
+        quant = self.config.weight_quant
+        ref = vllm_weights.reference_logprobs(model, self.probe, quant)
+        low = None
+        if self.dtype != "fp32":  # calibrates the bf16 bound (vllm_weights.py)
+            low = vllm_weights.reference_logprobs(model, self.probe, quant, _TORCH[self.dtype])
         seconds = time.perf_counter() - start
-        self.last_sync = vllm_weights.check_sync(mine, ref, self.dtype, seconds)
+        self.last_sync = vllm_weights.check_sync(mine, ref, self.dtype, seconds, low)
 
     def close(self) -> None:
         """Shut the engine down: routing hooks, engine core, torch.distributed group."""

@@ -33,11 +33,14 @@ from trainer.engines.config import WeightQuant
 # Accepted engine-vs-training differences of log π on the probe tokens after a sync.
 # fp32: the kernels differ only in summation order (measured ≈ 1e-6 max).
 FP32_MAX_ABS_TOL = 1e-4
-# bf16: rounding every matmul moves log π by ≈ 2e-3 mean on the probe (≈ 0.02-0.03 on a
-# trained model's samples, ENGINES.md), and MoE routing flips make the max unbounded, so
-# bf16 is checked on the mean. This catches wrong/missing/transposed tensors and unpacked
-# experts, not a sync that silently skipped one small optimiser step (fp32 catches that).
-BF16_MEAN_ABS_TOL = 5e-2
+# bf16: the rounding error grows with the model's sharpness (mean |Δ| 1e-3 on a fresh tiny
+# model, 0.1-0.4 with weights x3-x5), and MoE routing flips make the max unbounded. So the
+# bound is on the mean and calibrated on every sync by the same model run in bf16 by
+# transformers: mean |Δ| (vLLM bf16 vs fp32) <= max(floor, factor * mean |Δ| (transformers
+# bf16 vs fp32)). Measured: vLLM's error is 0.9-1.1x transformers'; unpacked MoE experts
+# give 10-15x. It cannot see a sync that skipped one small step (fp32 runs can).
+BF16_MEAN_ABS_FLOOR = 5e-3
+BF16_NOISE_FACTOR = 3.0
 
 
 class WeightSyncError(RuntimeError):
@@ -116,35 +119,52 @@ def probe_sequences(vocab_size: int, num: int = 8, length: int = 32, seed: int =
 
 @torch.no_grad()
 def reference_logprobs(
-    model: nn.Module, sequences: Sequence[Sequence[int]], weight_quant: WeightQuant = "none"
+    model: nn.Module,
+    sequences: Sequence[Sequence[int]],
+    weight_quant: WeightQuant = "none",
+    dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     """[N, T-1] float32: log π(x_t | x_<t) for t >= 1 of equal-length sequences, from the
-    training model with its weights rounded like the engine's (functional_call: the
-    model itself is not modified)."""
+    training model with its weights rounded like the engine's and, if `dtype` is given,
+    every floating parameter and buffer cast to it (as `model.to(dtype)` would). Through
+    functional_call: the model itself is not modified."""
     ids = torch.tensor(sequences, dtype=torch.long)
     device = next(model.parameters()).device
-    rounded = rounded_params(model, weight_quant)
-    logits = torch.func.functional_call(model, rounded, (ids.to(device),), strict=False).logits
+    swap = dict(rounded_params(model, weight_quant))
+    if dtype is not None:
+        tensors = {**dict(model.named_parameters()), **dict(model.named_buffers()), **swap}
+        swap = {k: v.to(dtype) if v.is_floating_point() else v for k, v in tensors.items()}
+    logits = torch.func.functional_call(model, swap, (ids.to(device),), strict=False).logits
     logp = torch.log_softmax(logits.float(), dim=-1)[:, :-1]
     return logp.gather(-1, ids[:, 1:, None].to(device)).squeeze(-1).cpu()
 
 
 def check_sync(
-    engine_logp: torch.Tensor, reference: torch.Tensor, dtype: str, seconds: float
+    engine_logp: torch.Tensor,
+    reference: torch.Tensor,
+    dtype: str,
+    seconds: float,
+    reference_low: torch.Tensor | None = None,
 ) -> SyncReport:
-    """Compare [N, T-1] log-probabilities; raise WeightSyncError outside the tolerance."""
+    """Compare [N, T-1] log-probabilities with the float32 reference; raise
+    WeightSyncError outside the tolerance. bf16 needs `reference_low`, the reference
+    computed in bf16, to calibrate its bound (see BF16_NOISE_FACTOR)."""
     diff = (engine_logp.float() - reference.float()).abs()
     max_abs, mean_abs = float(diff.max()), float(diff.mean())
     if dtype == "fp32":
         report = SyncReport(max_abs, mean_abs, seconds, FP32_MAX_ABS_TOL, "max")
         ok = max_abs <= FP32_MAX_ABS_TOL
     else:
-        report = SyncReport(max_abs, mean_abs, seconds, BF16_MEAN_ABS_TOL, "mean")
-        ok = mean_abs <= BF16_MEAN_ABS_TOL
+        if reference_low is None:
+            raise ValueError(f"check_sync: inference_dtype={dtype} needs reference_low")
+        noise = float((reference_low.float() - reference.float()).abs().mean())
+        tol = max(BF16_MEAN_ABS_FLOOR, BF16_NOISE_FACTOR * noise)
+        report = SyncReport(max_abs, mean_abs, seconds, tol, "mean")
+        ok = mean_abs <= tol
     if not ok:  # NaN fails too
         raise WeightSyncError(
             f"vLLM weight sync not verified: {report.on} |Δ log π| on the probe batch is "
-            f"{max_abs if report.on == 'max' else mean_abs:.3g} > {report.tol:g} "
+            f"{max_abs if report.on == 'max' else mean_abs:.3g} > {report.tol:.3g} "
             f"(inference_dtype={dtype}; max {max_abs:.3g}, mean {mean_abs:.3g})"
         )
     return report
