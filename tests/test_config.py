@@ -151,6 +151,11 @@ def _error(tmp_path, text: str = "", overrides=()) -> str:
             "'sampling.max_new_tokens': 16 is invalid; allowed: "
             ">= 32, the longest add_trace target at digits=3 plus EOS",
         ),
+        (
+            "eval: {max_new_tokens: 4}\n",
+            (),
+            "'eval.max_new_tokens': 4 is invalid; allowed: null or >= 5",
+        ),
         # the file itself
         ("- a\n- b\n", (), "expected a mapping of sections, got list"),
         ("train: {steps: 3\n", (), "not valid YAML at line 2"),

@@ -154,6 +154,13 @@ class RunConfig:
                 f">= {longest}, the longest {self.task.kind} target at digits="
                 f"{self.task.digits} plus EOS (shorter caps truncate correct answers)",
             )
+            cap = self.eval.max_new_tokens
+            check(
+                cap is None or cap >= longest,
+                "eval.max_new_tokens",
+                cap,
+                f"null or >= {longest} (the longest target plus EOS)",
+            )
             prompt = 2 * self.task.digits + 3  # <bos> a + b =
             check(
                 self.model.max_position_embeddings >= prompt + s.max_new_tokens,
