@@ -57,6 +57,11 @@ def analysis_view(path: str, fp: tuple) -> AnalysisView:
     return AnalysisView(a.to_dict(), series)
 
 
+def _num(value: float | str) -> str:
+    """A table cell: to_dict() already turned inf/nan into strings; format the rest."""
+    return value if isinstance(value, str) else f"{value:.4g}"
+
+
 def _analysis_tab(run: RunEntry) -> None:
     if run.summary.error:
         st.error(f"Run {run.name} cannot be read: {run.summary.error}")
@@ -91,8 +96,9 @@ def _analysis_tab(run: RunEntry) -> None:
     st.markdown("#### Precursors (moved before the onset, ranked by lead)")
     table = [
         {"metric": p["metric"], "factor": p["factor"], "moved at step": p["moved_step"],
-         "lead (steps)": p["lead"], "direction": p["direction"], "|z|": p["z"],
-         "baseline": p["baseline"], "value": p["value"], "log scale": p["log_scale"]}
+         "lead (steps)": p["lead"], "direction": p["direction"], "|z|": _num(p["z"]),
+         "baseline": _num(p["baseline"]), "value": _num(p["value"]),
+         "log scale": p["log_scale"]}
         for p in precursors
     ]  # fmt: skip
     st.dataframe(table, hide_index=True, width="stretch")

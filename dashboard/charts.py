@@ -6,11 +6,16 @@ warning, red for critical), alert markers along the top edge, actions and run ev
 along the bottom edge, all on a hidden second y axis spanning [0, 1] so they sit at the
 edges whatever the data's scale. The data arrive already thinned for display
 (downsample.py); these builders never thin or change values.
+
+Figures are written as plain Plotly dicts and wrapped once with `_validate=False`:
+Plotly's per-property validation cost ~100 ms a chart, too slow for a page of twenty
+charts refreshing every two seconds. The dicts use only documented Plotly attributes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
@@ -23,24 +28,37 @@ ALERT_COLORS = SPAN_COLORS
 ACTION_COLORS = {"pending": "#7f7f7f", "applied": "#2ca02c", "rejected": "#d62728"}
 EVENT_COLOR = "#9467bd"
 SPAN_OPACITY = 0.18
+FACTOR_COLORS = {
+    "train_inference": "#1f77b4",
+    "staleness": "#ff7f0e",
+    "routing": "#2ca02c",
+    "approximation": "#9467bd",
+    "optimisation": "#8c564b",
+    "outcome": "#7f7f7f",
+}
 Series = Mapping[str, tuple[np.ndarray, np.ndarray]]
+Trace = dict[str, Any]
 
 
-def _layout(fig: go.Figure, title: str, height: int) -> go.Figure:
-    fig.update_layout(
-        title={"text": title, "x": 0.01, "font": {"size": 14}},
-        height=height,
-        margin={"l": 50, "r": 10, "t": 36, "b": 30},
-        legend={"orientation": "h", "y": -0.18, "x": 0, "font": {"size": 10}},
-        hovermode="closest",
-        yaxis2={"overlaying": "y", "range": [0, 1], "visible": False, "fixedrange": True},
-    )
-    return fig
+def _layout(title: str, height: int, **extra: Any) -> dict[str, Any]:
+    return {
+        "title": {"text": title, "x": 0.01, "font": {"size": 14}},
+        "height": height,
+        "margin": {"l": 50, "r": 10, "t": 36, "b": 30},
+        "legend": {"orientation": "h", "y": -0.18, "x": 0, "font": {"size": 10}},
+        "hovermode": "closest",
+        "yaxis2": {"overlaying": "y", "range": [0, 1], "visible": False, "fixedrange": True},
+        **extra,
+    }
 
 
-def add_spans(fig: go.Figure, spans: Sequence[Span]) -> None:
+def _figure(data: list[Trace], layout: dict[str, Any]) -> go.Figure:
+    return go.Figure({"data": data, "layout": layout}, _validate=False)
+
+
+def span_shapes(spans: Sequence[Span]) -> list[dict[str, Any]]:
     """Shade each span [start − ½, end + ½] over the full height, behind the data."""
-    shapes = [
+    return [
         {
             "type": "rect", "xref": "x", "yref": "paper", "x0": s.start - 0.5,
             "x1": s.end + 0.5, "y0": 0, "y1": 1, "fillcolor": SPAN_COLORS.get(s.severity),
@@ -48,14 +66,14 @@ def add_spans(fig: go.Figure, spans: Sequence[Span]) -> None:
         }
         for s in spans
     ]  # fmt: skip
-    fig.update_layout(shapes=[*fig.layout.shapes, *shapes])
 
 
-def add_marks(fig: go.Figure, marks: Sequence[Mark]) -> None:
+def mark_traces(marks: Sequence[Mark]) -> list[Trace]:
     """Alerts as ▼ at the top edge; actions ◆ and events ■ at the bottom edge."""
     groups: dict[tuple[str, str], list[Mark]] = {}
     for m in marks:
         groups.setdefault((m.kind, m.level), []).append(m)
+    traces = []
     for (kind, level), ms in sorted(groups.items()):
         if kind == "alert":
             y, symbol, color = 0.97, "triangle-down", ALERT_COLORS.get(level, "#333")
@@ -63,15 +81,26 @@ def add_marks(fig: go.Figure, marks: Sequence[Mark]) -> None:
             y, symbol, color = 0.04, "diamond", ACTION_COLORS.get(level, "#333")
         else:
             y, symbol, color = 0.04, "square", EVENT_COLOR
-        fig.add_trace(
-            go.Scatter(
-                x=[m.step for m in ms], y=[y] * len(ms), yaxis="y2", mode="markers",
-                marker={"symbol": symbol, "size": 9, "color": color,
-                        "line": {"width": 1, "color": "white"}},
-                name=f"{kind}: {level}", legendgroup=kind, text=[m.text for m in ms],
-                hovertemplate="%{text}<extra></extra>",
-            )
-        )  # fmt: skip
+        traces.append({
+            "type": "scatter", "x": [m.step for m in ms], "y": [y] * len(ms), "yaxis": "y2",
+            "mode": "markers", "name": f"{kind}: {level}", "legendgroup": kind,
+            "marker": {"symbol": symbol, "size": 9, "color": color,
+                       "line": {"width": 1, "color": "white"}},
+            "text": [m.text for m in ms], "hovertemplate": "%{text}<extra></extra>",
+        })  # fmt: skip
+    return traces
+
+
+def line_traces(series: Series) -> list[Trace]:
+    return [
+        {
+            "type": "scatter", "x": np.asarray(x), "y": np.asarray(y, dtype=np.float64),
+            "mode": "lines+markers" if len(x) <= 60 else "lines", "name": name,
+            "marker": {"size": 4},
+            "hovertemplate": f"{name}<br>step %{{x}}: %{{y:.5g}}<extra></extra>",
+        }
+        for name, (x, y) in series.items()
+    ]  # fmt: skip
 
 
 def line_figure(
@@ -84,21 +113,9 @@ def line_figure(
     height: int = 280,
 ) -> go.Figure:
     """One line per series, sharing the step axis, with spans and marks."""
-    fig = go.Figure()
-    for name, (x, y) in series.items():
-        fig.add_trace(
-            go.Scatter(
-                x=np.asarray(x), y=np.asarray(y, dtype=np.float64),
-                mode="lines+markers" if len(x) <= 60 else "lines", name=name,
-                marker={"size": 4},
-                hovertemplate=f"{name}<br>step %{{x}}: %{{y:.5g}}<extra></extra>",
-            )
-        )  # fmt: skip
-    add_spans(fig, spans)
-    add_marks(fig, marks)
-    if log_y:
-        fig.update_layout(yaxis={"type": "log", "dtick": 1, "exponentformat": "power"})
-    return _layout(fig, title, height)
+    yaxis = {"type": "log", "dtick": 1, "exponentformat": "power"} if log_y else {}
+    layout = _layout(title, height, shapes=span_shapes(spans), yaxis=yaxis)
+    return _figure([*line_traces(series), *mark_traces(marks)], layout)
 
 
 def heatmap_figure(
@@ -115,20 +132,23 @@ def heatmap_figure(
     colorbar_title: str = "",
     hover: str = "%{z:.3g}",
     height: int = 300,
+    extra: Sequence[Trace] = (),
+    yaxis: dict[str, Any] | None = None,
 ) -> go.Figure:
-    """z [len(y), len(x)] as a heat map over steps, with spans and marks."""
+    """z [len(y), len(x)] as a heat map over steps, with spans, marks and `extra` traces."""
     z = np.asarray(z, dtype=np.float64)
-    fig = go.Figure(
-        go.Heatmap(
-            x=np.asarray(x), y=list(y), z=np.where(np.isfinite(z), z, np.nan),
-            colorscale=colorscale, zmin=zmin, zmax=zmax,
-            colorbar={"title": {"text": colorbar_title}, "thickness": 12},
-            hovertemplate=f"step %{{x}}<br>%{{y}}: {hover}<extra></extra>",
-        )
-    )  # fmt: skip
-    add_spans(fig, spans)
-    add_marks(fig, marks)
-    return _layout(fig, title, height)
+    heat = {
+        "type": "heatmap", "x": np.asarray(x), "y": list(y),
+        "z": np.where(np.isfinite(z), z, np.nan), "colorscale": colorscale,
+        "colorbar": {"title": {"text": colorbar_title}, "thickness": 12},
+        "hovertemplate": f"step %{{x}}<br>%{{y}}: {hover}<extra></extra>",
+    }  # fmt: skip
+    if zmin is not None:
+        heat["zmin"] = zmin
+    if zmax is not None:
+        heat["zmax"] = zmax
+    layout = _layout(title, height, shapes=span_shapes(spans), yaxis=yaxis or {})
+    return _figure([heat, *extra, *mark_traces(marks)], layout)
 
 
 def distribution_figure(
@@ -158,20 +178,17 @@ def distribution_figure(
     with np.errstate(divide="ignore", invalid="ignore"):
         share = np.where(counts > 0, counts / np.maximum(totals, 1), np.nan)
         z = np.log10(share).T  # [bins + 2, S]
-    fig = heatmap_figure(
-        title, steps, y, z, colorscale="Viridis", zmin=-4, zmax=0,
-        colorbar_title="log10 share", hover="10^%{z:.2f} of values", height=height,
+    lines = [
+        {"type": "scatter", "x": np.asarray(qx), "y": np.asarray(qy, dtype=np.float64),
+         "mode": "lines", "name": name, "line": {"width": 1, "color": "white"},
+         "hovertemplate": f"{name}<br>step %{{x}}: %{{y:.4g}}<extra></extra>"}
+        for name, (qx, qy) in (quantiles or {}).items()
+    ]  # fmt: skip
+    return heatmap_figure(
+        title, steps, y.tolist(), z, spans=spans, marks=marks, colorscale="Viridis",
+        zmin=-4, zmax=0, colorbar_title="log10 share", hover="10^%{z:.2f} of values",
+        height=height, extra=lines, yaxis={"range": [y[0] - width / 2, y[-1] + width / 2]},
     )  # fmt: skip
-    for name, (qx, qy) in (quantiles or {}).items():
-        fig.add_trace(
-            go.Scatter(x=np.asarray(qx), y=np.asarray(qy, dtype=np.float64), mode="lines",
-                       name=name, line={"width": 1, "color": "white"},
-                       hovertemplate=f"{name}<br>step %{{x}}: %{{y:.4g}}<extra></extra>")
-        )  # fmt: skip
-    fig.update_layout(yaxis_range=[y[0] - width / 2, y[-1] + width / 2])
-    add_spans(fig, spans)
-    add_marks(fig, marks)
-    return fig
 
 
 def overlay_figure(
@@ -182,7 +199,7 @@ def overlay_figure(
 
 
 def timeline_figure(
-    alert_rows: Sequence[Mapping[str, object]],
+    alert_rows: Sequence[Mapping[str, Any]],
     action_marks: Sequence[Mark],
     height: int = 340,
 ) -> go.Figure:
@@ -190,41 +207,38 @@ def timeline_figure(
 
     `alert_rows`: dicts with step, end, factor, severity, text (see alerts page).
     """
-    fig = go.Figure()
+    data: list[Trace] = []
     for severity in ("info", "warning", "critical"):
         rows = [r for r in alert_rows if r["severity"] == severity]
         if not rows:
             continue
-        seg_x: list[object] = []
-        seg_y: list[object] = []
+        seg_x: list[Any] = []
+        seg_y: list[Any] = []
         for r in rows:
             seg_x += [r["step"], r["end"], None]
             seg_y += [r["factor"], r["factor"], None]
         color = ALERT_COLORS[severity]
-        fig.add_trace(go.Scatter(x=seg_x, y=seg_y, mode="lines", line={"color": color, "width": 6},
-                                 opacity=0.5, hoverinfo="skip", showlegend=False))  # fmt: skip
-        fig.add_trace(
-            go.Scatter(
-                x=[r["step"] for r in rows], y=[r["factor"] for r in rows], mode="markers",
-                marker={"size": 11, "color": color, "symbol": "triangle-down"},
-                name=f"alert: {severity}", text=[r["text"] for r in rows],
-                hovertemplate="%{text}<extra></extra>",
-            )
-        )  # fmt: skip
+        data.append({"type": "scatter", "x": seg_x, "y": seg_y, "mode": "lines",
+                     "line": {"color": color, "width": 6}, "opacity": 0.5,
+                     "hoverinfo": "skip", "showlegend": False})  # fmt: skip
+        data.append({
+            "type": "scatter", "x": [r["step"] for r in rows], "y": [r["factor"] for r in rows],
+            "mode": "markers", "name": f"alert: {severity}", "text": [r["text"] for r in rows],
+            "marker": {"size": 11, "color": color, "symbol": "triangle-down"},
+            "hovertemplate": "%{text}<extra></extra>",
+        })  # fmt: skip
     for status in ("pending", "applied", "rejected"):
         ms = [m for m in action_marks if m.level == status]
         if ms:
-            fig.add_trace(
-                go.Scatter(
-                    x=[m.step for m in ms], y=["actions"] * len(ms), mode="markers+text",
-                    marker={"size": 12, "color": ACTION_COLORS[status], "symbol": "diamond"},
-                    text=[m.label for m in ms], textposition="top center",
-                    customdata=[m.text for m in ms], name=f"action: {status}",
-                    hovertemplate="%{customdata}<extra></extra>",
-                )
-            )  # fmt: skip
-    fig.update_layout(yaxis={"categoryorder": "array", "categoryarray": [*FACTORS, "actions"]})
-    return _layout(fig, "Alerts (by blamed factor) and actions", height)
+            data.append({
+                "type": "scatter", "x": [m.step for m in ms], "y": ["actions"] * len(ms),
+                "mode": "markers+text", "name": f"action: {status}",
+                "marker": {"size": 12, "color": ACTION_COLORS[status], "symbol": "diamond"},
+                "text": [m.label for m in ms], "textposition": "top center",
+                "customdata": [m.text for m in ms], "hovertemplate": "%{customdata}<extra></extra>",
+            })  # fmt: skip
+    yaxis = {"categoryorder": "array", "categoryarray": [*FACTORS, "actions"]}
+    return _figure(data, _layout("Alerts (by blamed factor) and actions", height, yaxis=yaxis))
 
 
 def add_vlines(fig: go.Figure, lines: Sequence[tuple[float, str, str]]) -> None:
@@ -235,32 +249,23 @@ def add_vlines(fig: go.Figure, lines: Sequence[tuple[float, str, str]]) -> None:
                       annotation_font={"size": 10, "color": color})  # fmt: skip
 
 
-FACTOR_COLORS = {
-    "train_inference": "#1f77b4",
-    "staleness": "#ff7f0e",
-    "routing": "#2ca02c",
-    "approximation": "#9467bd",
-    "optimisation": "#8c564b",
-    "outcome": "#7f7f7f",
-}
-
-
-def lead_figure(rows: Sequence[Mapping[str, object]], height: int = 320) -> go.Figure:
+def lead_figure(rows: Sequence[Mapping[str, Any]], height: int = 320) -> go.Figure:
     """Precursors as bars of lead (steps before the onset), coloured by blamed factor.
 
     `rows`: dicts with metric, lead, factor (None allowed), in rank order.
     """
-    fig = go.Figure()
-    by_factor: dict[str, list[Mapping[str, object]]] = {}
+    by_factor: dict[str, list[Mapping[str, Any]]] = {}
     for r in rows:
         by_factor.setdefault(str(r["factor"]), []).append(r)
-    for factor, rs in by_factor.items():
-        fig.add_trace(
-            go.Bar(x=[r["lead"] for r in rs], y=[r["metric"] for r in rs], orientation="h",
-                   name=factor, marker_color=FACTOR_COLORS.get(factor, "#bbbbbb"),
-                   hovertemplate="%{y}: moved %{x} steps before the onset<extra></extra>")
-        )  # fmt: skip
+    data = [
+        {"type": "bar", "orientation": "h", "x": [r["lead"] for r in rs],
+         "y": [r["metric"] for r in rs], "name": factor,
+         "marker": {"color": FACTOR_COLORS.get(factor, "#bbbbbb")},
+         "hovertemplate": "%{y}: moved %{x} steps before the onset<extra></extra>"}
+        for factor, rs in by_factor.items()
+    ]  # fmt: skip
     order = [r["metric"] for r in rows][::-1]
-    fig.update_layout(yaxis={"categoryorder": "array", "categoryarray": order},
-                      xaxis_title="lead (steps before onset)")  # fmt: skip
-    return _layout(fig, "Precursors ranked by lead", height)
+    layout = _layout("Precursors ranked by lead", height,
+                     yaxis={"categoryorder": "array", "categoryarray": order},
+                     xaxis={"title": {"text": "lead (steps before onset)"}})  # fmt: skip
+    return _figure(data, layout)

@@ -1,0 +1,317 @@
+"""Dashboard benchmark: time to first render of a 100k-step run; live refresh in a real browser.
+
+    .venv/bin/python bench/dashboard_bench.py [--steps 100000] [--store DIR] [--no-browser]
+
+1. Builds a run of `--steps` steps × 60 scalars (DESIGN.md's canonical names plus
+   per-layer routing series) with log ρ / log r histograms every step and a few hundred
+   alerts and actions, through `RunStore` in 1000-step transactions (the file Monitor
+   writes, built faster). `--store DIR` keeps it for the next time.
+2. Streamlit AppTest (no browser): first render of each page with cold caches, a
+   re-render with warm caches, and a refresh after one more step.
+3. Headless Chromium on the served app (`start_dashboard`): time until the Live page of
+   the long run shows its last step, and until every chart is drawn; screenshot
+   bench/results/dashboard_100k.png.
+4. A live run written through `Monitor.log` (real detectors) that breaks down midway,
+   watched in the browser: how long a new step takes to appear, and a screenshot
+   bench/results/dashboard_live.png.
+Results go to bench/results/dashboard.md. Run by hand; not part of the test suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import shutil
+import socket
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from dashboard.serve import dashboard_url, start_dashboard, wait_until_ready  # noqa: E402
+from monitor import Monitor, RunReader  # noqa: E402
+from monitor.config import MonitorConfig  # noqa: E402
+from monitor.histograms import bin_values, spec_for  # noqa: E402
+from monitor.records import AlertDraft  # noqa: E402
+from monitor.store import RunStore  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results"
+CANONICAL = [
+    "mismatch/kl_k1", "mismatch/kl_k2", "mismatch/kl_k3", "mismatch/ratio_mean",
+    "mismatch/ratio_min", "mismatch/ratio_max", "mismatch/ratio_p01", "mismatch/ratio_p99",
+    "mismatch/frac_outside_band", "mismatch/chi2_token", "mismatch/chi2_seq", "mismatch/ess",
+    "mismatch/prob_corr", "mismatch/max_abs_prob_diff", "staleness/ratio_mean",
+    "staleness/ratio_min", "staleness/ratio_max", "staleness/kl_k3", "staleness/mask_frac",
+    "is/weight_mean", "is/weight_max", "is/trunc_frac", "approx/seq_residual",
+    "approx/grad_cosine", "routing/mismatch_train_infer", "routing/mismatch_stale",
+    "routing/tokens_any_layer_diff", "routing/overlap", "routing/load_cv", "policy/entropy",
+    "reward/mean", "reward/std", "reward/acc", "reward/zero_adv_group_frac",
+    "response/len_mean", "response/len_max", "response/trunc_frac", "optim/loss",
+    "optim/grad_norm", "optim/lr", "eval/acc", "perf/step_s", "perf/rollout_s",
+    "perf/train_s", "perf/diag_s", "perf/tokens_per_s",
+]  # fmt: skip
+LAYERS = [f"routing/{pair}/layer{i}" for pair in ("mismatch_train_infer", "mismatch_stale")
+          for i in range(4)]  # fmt: skip
+NAMES = CANONICAL + LAYERS + [f"extra/m{i}" for i in range(60 - len(CANONICAL) - len(LAYERS))]
+LAST_STEP = re.compile(r"last step (\d+)")
+
+
+def synthetic(step: np.ndarray, rng: np.random.Generator, breakdown: int) -> dict[str, np.ndarray]:
+    """Plausible series: learning, then a mismatch breakdown and a reward collapse."""
+    n = len(step)
+    after = step >= breakdown
+    out = {name: np.abs(rng.normal(1.0, 0.05, n)) for name in NAMES}
+    out["reward/mean"] = np.where(after, 0.2, 0.2 + 0.5 * (1 - np.exp(-step / (breakdown / 4))))
+    out["reward/mean"] = out["reward/mean"] + rng.normal(0, 0.02, n)
+    out["reward/acc"] = out["reward/mean"]
+    out["mismatch/kl_k1"] = np.where(after, 3e-2, 1e-3) * np.exp(rng.normal(0, 0.1, n))
+    out["mismatch/kl_k3"] = out["mismatch/kl_k1"] / 2
+    out["eval/acc"] = np.where(step % 50 == 0, out["reward/mean"], np.nan)
+    for i in range(4):
+        base = 0.01 * (i + 1)
+        out[f"routing/mismatch_train_infer/layer{i}"] = np.where(after, 5 * base, base) * (
+            1 + rng.normal(0, 0.1, n) ** 2
+        )
+    return out
+
+
+def build_long(run: Path, steps: int) -> float:
+    """The long run through RunStore; returns the build time in seconds."""
+    rng = np.random.default_rng(0)
+    cfg = MonitorConfig()
+    store = RunStore.open(run)
+    t = time.perf_counter()
+    breakdown = int(steps * 0.7)
+    with store.transaction():
+        store.set_meta("started", True)
+        store.insert_event(None, "start", {"pid": os.getpid()}, time.time())
+    for lo in range(0, steps, 1000):
+        step = np.arange(lo, min(lo + 1000, steps))
+        series = synthetic(step, rng, breakdown)
+        with store.transaction():
+            for i, s in enumerate(step.tolist()):
+                store.write_step(s, {k: float(v[i]) for k, v in series.items()}, time.time())
+                for name, scale in (("log_rho", 0.1), ("log_r", 0.05)):
+                    row = bin_values(rng.normal(0, scale, 256), spec_for(name, cfg.histograms))
+                    store.write_histogram(s, name, row)
+                if s % 500 == 250 or (s >= breakdown and s % 100 == 0):
+                    draft = AlertDraft("level", "critical" if s >= breakdown else "warning",
+                                       "mismatch/kl_k1", float(series["mismatch/kl_k1"][i]),
+                                       1e-3, 50, "train_inference", "KL(μ‖π_old) high",
+                                       "turn on token IS correction (TIS, cap 5)")  # fmt: skip
+                    alert_id = store.insert_alert(s, draft, time.time())
+                    store.clear_alerts(s + 20, "level", "mismatch/kl_k1")
+                    if s >= breakdown and s % 1000 == 0:
+                        action = store.insert_action(
+                            "set_is_correction", {"enabled": True}, "KL high: TIS on",
+                            "policy", alert_id, time.time(),
+                        )  # fmt: skip
+                        store.resolve_action(action.id, "applied", "TIS on", time.time())
+        print(f"\r  built {step[-1] + 1:,}/{steps:,} steps", end="", flush=True)
+    with store.transaction():
+        store.insert_event(steps - 1, "close", {}, time.time())
+    store.close()
+    print()
+    return time.perf_counter() - t
+
+
+def timed(fn) -> tuple[float, object]:
+    t = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t, out
+
+
+def bench_apptest(runs: Path, name: str) -> list[tuple[str, float]]:
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    os.environ.update(MINIRL_RUNS_DIR=str(runs), MINIRL_DASHBOARD_HOST="127.0.0.1")
+    app = str(ROOT / "dashboard" / "app.py")
+    rows = []
+    st.cache_data.clear()
+    dt, at = timed(lambda: AppTest.from_file(app, default_timeout=600).run())
+    rows.append(("Runs page, first run (imports + cold caches)", dt))
+    for page in ("live", "alerts", "analysis"):
+        st.cache_data.clear()
+        at.query_params["run"] = name
+        dt, _ = timed(lambda p=page: at.switch_page(f"views/{p}.py").run())
+        assert not at.exception, [e.value for e in at.exception]
+        rows.append((f"{page} page, first render (cold caches)", dt))
+        dt, _ = timed(lambda: at.run())
+        rows.append((f"{page} page, re-render (warm caches)", dt))
+    at.switch_page("views/live.py").run()
+    figures = len(at.get("plotly_chart"))
+    assert any("last step" in str(m.value) for m in at.markdown)
+    rows.append((f"(live page draws {figures} charts)", float("nan")))
+    return rows
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def charts_ready(browser) -> int:
+    """Number of Plotly charts drawn, 0 while any chart is still a loading skeleton."""
+    n = browser.eval("document.querySelectorAll('.js-plotly-plot').length") or 0
+    skeletons = browser.eval("document.querySelectorAll('[data-testid=stSkeleton]').length")
+    return n if not skeletons else 0
+
+
+def bench_browser_long(runs: Path, name: str, steps: int, tmp: Path) -> list[tuple[str, float]]:
+    from browser_cdp import Browser
+
+    port = free_port()
+    proc = start_dashboard(runs, "127.0.0.1", port, log_file=tmp / "server-long.log")
+    rows = []
+    try:
+        url = dashboard_url("127.0.0.1", port)
+        dt, _ = timed(lambda: wait_until_ready(url, proc, timeout_s=120))
+        rows.append(("server start (health check answers)", dt))
+        with Browser(tmp / "profile-long", height=2400) as b:
+            b.goto(url)  # warm-up load: the first load after a cold start can stay blank
+            b.wait_for(lambda t: "Runs" in t, 60)
+            t0 = time.perf_counter()
+            b.goto(url + f"live?run={name}")
+            shown = b.wait_for(lambda t: f"last step {steps - 1}" in t, 300)
+            rows.append((f"browser: Live page shows 'last step {steps - 1}'",
+                         time.perf_counter() - t0 if shown else float("nan")))  # fmt: skip
+            drawn = b.wait_for(lambda _: charts_ready(b), 300)
+            rows.append((f"browser: all {drawn} charts drawn", time.perf_counter() - t0))
+            time.sleep(1.0)
+            b.screenshot(RESULTS / "dashboard_100k.png")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    return rows
+
+
+def live_writer(run: Path, stop: threading.Event, period_s: float, steps: list[int]) -> None:
+    """A trainer stand-in through Monitor.log (real detectors): breaks down at step 60."""
+    rng = np.random.default_rng(3)
+    with Monitor(run, config={"bench": "dashboard"}, controls={"is_policy": "none"}) as mon:
+        step = 0
+        while not stop.is_set():
+            series = synthetic(np.array([step]), rng, breakdown=60)
+            values = {k: float(v[0]) for k, v in series.items() if np.isfinite(v[0])}
+            scale = 0.1 if step < 60 else 0.6
+            mon.log(step, values, {"log_rho": rng.normal(0, scale, 512),
+                                   "log_r": rng.normal(0, 0.05, 512)})  # fmt: skip
+            if step == 75:
+                mon.request_action("set_is_correction", {"enabled": True, "cap": 5.0},
+                                   "bench: operator turns TIS on", source="user")  # fmt: skip
+            if step == 78:
+                for action in mon.pending_actions():
+                    mon.resolve(action.id, "applied", "TIS on, cap 5")
+            steps.append(step)
+            step += 1
+            stop.wait(period_s)
+
+
+def bench_browser_live(tmp: Path) -> list[tuple[str, float]]:
+    from browser_cdp import Browser
+
+    runs = tmp / "live-runs"
+    runs.mkdir()
+    stop, written = threading.Event(), []
+    thread = threading.Thread(target=live_writer, args=(runs / "live-demo", stop, 0.25, written))
+    thread.start()
+    port = free_port()
+    proc = start_dashboard(runs, "127.0.0.1", port, refresh_s=2.0,
+                           log_file=tmp / "server-live.log")  # fmt: skip
+    rows = []
+    try:
+        url = dashboard_url("127.0.0.1", port)
+        wait_until_ready(url, proc, timeout_s=120)
+        with Browser(tmp / "profile-live", height=2400) as b:
+            b.goto(url)
+            b.wait_for(lambda t: "Runs" in t, 60)
+            b.goto(url + "live?run=live-demo")
+            b.wait_for(lambda t: LAST_STEP.search(t), 120)
+            lags = []
+            deadline = time.monotonic() + 40
+            while time.monotonic() < deadline:
+                found = LAST_STEP.findall(b.text())
+                if found and written:
+                    lags.append((written[-1] - int(found[-1])) * 0.25)
+                time.sleep(0.5)
+            rows.append(("live run: page behind the writer, median (s)", float(np.median(lags))))
+            rows.append(("live run: page behind the writer, max (s)", float(np.max(lags))))
+            b.wait_for(lambda _: charts_ready(b), 120)
+            time.sleep(1.0)
+            b.screenshot(RESULTS / "dashboard_live.png")
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+        proc.terminate()
+        proc.wait(timeout=30)
+    return rows
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=100_000)
+    p.add_argument("--store", type=Path, default=None, help="keep the long run here")
+    p.add_argument("--no-browser", action="store_true")
+    args = p.parse_args()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="minirl-dashboard-bench-"))
+    runs = args.store or tmp / "runs"
+    name = f"long-{args.steps}"
+    run = runs / name
+    build_s = None
+    if run.exists():
+        with RunReader(run) as r:
+            if r.last_step() != args.steps - 1:
+                raise SystemExit(f"{run} holds another run; remove it or pick --store")
+    else:
+        build_s = build_long(run, args.steps)
+    size_mb = (run / "store.sqlite").stat().st_size / 2**20
+    load = os.getloadavg()[0]
+    rows = bench_apptest(runs, name)
+    if not args.no_browser and shutil.which("chromium"):
+        rows += bench_browser_long(runs, name, args.steps, tmp)
+        rows += bench_browser_live(tmp)
+    lines = [
+        "# Dashboard benchmark (`bench/dashboard_bench.py`)",
+        "",
+        f"Machine: {platform.machine()}, {os.cpu_count()} CPUs shared with other jobs (load "
+        f"average {load:.1f} at the start), Python {platform.python_version()}.",
+        f"Date: {time.strftime('%Y-%m-%d %H:%M')}.",
+        "",
+        f"Run: {args.steps:,} steps × {len(NAMES)} scalars, log ρ and log r histograms every "
+        f"step, alerts and actions; {size_mb:.0f} MiB"
+        + (f", built in {build_s:.0f} s through `RunStore`." if build_s else "."),
+        "",
+        "| what | time |",
+        "|---|---|",
+        *[f"| {what} | {'' if np.isnan(s) else f'{s:.2f} s'} |" for what, s in rows],
+        "",
+        "AppTest times are a Streamlit script run without a browser (the server's share of a "
+        "render). Browser times include the server's run, the websocket transfer and Plotly "
+        "drawing in headless Chromium (software rendering). Lines are thinned to ≤ 1500 "
+        "points (min/max per bucket) and heat maps to ≤ 300 columns for display only.",
+        "",
+        "Screenshots: `dashboard_100k.png` (the long run), `dashboard_live.png` (a run being "
+        "written, breaking down at step 60, an operator action applied at step 78).",
+    ]
+    out = RESULTS / "dashboard.md"
+    out.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    print(f"-> {out}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
