@@ -127,6 +127,21 @@ def test_seeded_reproducible_and_independent(engine, rollout):
     assert len({sequence_seed(3, i, j) for i in range(50) for j in range(50)}) == 2500
 
 
+def test_prompts_beyond_one_step_token_budget(engine, trainer):
+    """64 x 150 prompt tokens exceed one step's token budget (8192): vLLM must spread
+    whole prefills over steps (chunked prefill of a seeded request crashes on CPU)."""
+    prompts = [[1, *[(5 + 3 * i + j) % 90 + 3 for j in range(149)]] for i in range(8)]
+    ro = engine.generate(prompts, SamplingParams(n=8, max_new_tokens=3), seed=1)
+    assert ro.batch_size == 64 and ro.input_ids.shape[1] == 153
+    logp, _, routed = trainer.forward_logprobs(
+        ro.input_ids, ro.attention_mask, ro.response_mask, record=True
+    )
+    mask = ro.response_mask > 0
+    assert float((logp.detach() - ro.logp)[mask].abs().max()) <= 1e-4
+    known = (ro.routing >= 0).all(-1)
+    assert bool((ro.routing.sort(-1).values == routed.sort(-1).values).all(-1)[known].all())
+
+
 def test_eos_ends_responses(engine, trainer):
     """With ~1 % EOS per token (a fresh tiny model), some of 32 x 30 tokens end a
     response: the EOS is kept and scored, nothing follows it, and the row is not truncated."""

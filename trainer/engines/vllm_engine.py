@@ -77,6 +77,7 @@ def _kept_process_state() -> Iterator[None]:
     """Undo what vLLM's engine start does to the whole process (module docstring)."""
     import tqdm
 
+    environ = dict(os.environ)  # it sets LD_PRELOAD, LD_LIBRARY_PATH, TORCHINDUCTOR_* ...
     set_num_threads, threads = torch.set_num_threads, torch.get_num_threads()
     rng = (random.getstate(), np.random.get_state(), torch.get_rng_state())
     # even a disabled tqdm bar (vLLM's weight loading) starts tqdm's monitor thread,
@@ -85,6 +86,8 @@ def _kept_process_state() -> Iterator[None]:
     try:
         yield
     finally:
+        os.environ.clear()
+        os.environ.update(environ)
         tqdm.tqdm.monitor_interval = interval
         torch.set_num_threads = set_num_threads
         torch.set_num_threads(threads)
@@ -113,7 +116,7 @@ class VLLMEngine:
         *,
         seed: int = 0,
         max_model_len: int | None = None,
-        max_num_seqs: int = 256,
+        max_num_seqs: int = 512,
         num_threads: int = 1,
     ) -> None:
         vllm = import_vllm()
@@ -147,18 +150,22 @@ class VLLMEngine:
             enforce_eager=True,
             enable_prefix_caching=False,
             kv_cache_memory_bytes=config.kv_cache_bytes,
+            # no chunked prefill: a partly prefilled seeded request makes vLLM 0.32 rewind
+            # its torch.Generator offset, which CPU generators do not have (RuntimeError)
+            enable_chunked_prefill=False,
+            max_num_batched_tokens=max(8192, self.max_model_len),
             distributed_executor_backend="uni",
             use_tqdm_on_load=False,
             logprobs_mode="raw_logprobs",
         )
         if is_moe and not self.on_cpu:
             kwargs["enable_return_routed_experts"] = True  # GPU: the official API
-        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # in-process, read at start
-        # vLLM re-applies its logging config at every start; errors only unless the user
-        # asks (without a tokenizer, its chat-template warm-up logs a harmless traceback)
-        os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
         try:
             with _kept_process_state():
+                os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # in-process
+                # vLLM re-applies its logging config at every start: errors only unless the
+                # user asks (with no tokenizer, the chat-template warm-up logs a traceback)
+                os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
                 self.llm = vllm.LLM(**kwargs)
         except ValueError as err:  # vLLM's config checks (KV cache too small, lengths)
             raise UserError(f"vLLM could not start on {path}: {err}") from err
@@ -218,6 +225,7 @@ class VLLMEngine:
             logprobs=0,  # the sampled token's own logprob only
             stop_token_ids=[self.eos_id],  # no tokenizer loaded: EOS must be explicit
             detokenize=False,
+            skip_clone=True,  # ours, never mutated: spare vLLM a deepcopy per request
         )
 
     @contextmanager
@@ -237,46 +245,39 @@ class VLLMEngine:
 
     def _rollout(self, outputs, captured) -> Rollout:
         """Lay prompt then response out right-padded, per row (see Rollout)."""
-        internal = {}
-        if captured is not None:  # vLLM's request id = our id + "-" + 8 random chars
-            internal = {rid.rsplit("-", 1)[0]: rid for rid in captured.request_ids()}
-        batch = len(outputs)
-        seqs = [(list(o.prompt_token_ids), o.outputs[0]) for o in outputs]
-        seq = max(len(p) + len(c.token_ids) for p, c in seqs)
-        input_ids = torch.full((batch, seq), self.pad_id, dtype=torch.long)
-        response_mask = torch.zeros(batch, seq)
-        logp = torch.zeros(batch, seq)
-        truncated = torch.zeros(batch, dtype=torch.bool)
+        prompts = [list(o.prompt_token_ids) for o in outputs]
+        samples = [o.outputs[0] for o in outputs]
+        plen = torch.tensor([len(p) for p in prompts])
+        total = plen + torch.tensor([len(c.token_ids) for c in samples])
+        seq = int(total.max())
+        ids, logps = [], []
+        for prompt, c in zip(prompts, samples, strict=True):
+            pad = seq - len(prompt) - len(c.token_ids)
+            ids.append(prompt + list(c.token_ids) + [self.pad_id] * pad)
+            got = [d[t].logprob for d, t in zip(c.logprobs, c.token_ids, strict=True)]
+            logps.append([0.0] * len(prompt) + got + [0.0] * pad)
+        cols = torch.arange(seq)[None, :]
+        fed = total - 1  # the last response token is never fed back: no routing there
         routed = None
-        if self.num_moe_layers or (not self.on_cpu and seqs[0][1].routed_experts is not None):
-            routed = self._empty_routing(batch, seq, seqs)
-        for b, (prompt, out) in enumerate(seqs):
-            p, n = len(prompt), len(out.token_ids)
-            input_ids[b, :p] = torch.tensor(prompt)
-            input_ids[b, p : p + n] = torch.tensor(out.token_ids)
-            response_mask[b, p : p + n] = 1.0
-            logp[b, p : p + n] = torch.tensor(
-                [d[t].logprob for d, t in zip(out.logprobs, out.token_ids, strict=True)]
-            )
-            truncated[b] = out.finish_reason == "length"
-            fed = p + n - 1  # the last response token is never fed back: no routing
-            if routed is None:
-                continue
-            if captured is not None:
-                routed[b, :fed] = captured.rows(internal[outputs[b].request_id], fed)
-            else:  # GPU: [seq_len, L, k], row j = position j
-                got = torch.as_tensor(np.asarray(out.routed_experts)).long()[:fed]
+        if captured is not None:
+            routed = torch.full((len(outputs), seq, self.num_moe_layers, self.capture.top_k), -1)
+            row_of = {o.request_id: b for b, o in enumerate(outputs)}
+            # vLLM's request id is ours + "-" + 8 random characters
+            rows = {r: row_of[r.rsplit("-", 1)[0]] for r in captured.request_ids()}
+            captured.fill(routed, rows, fed)
+        elif samples[0].routed_experts is not None:  # GPU: [seq_len, L, k], row j = position j
+            routed = torch.full((len(outputs), seq, *samples[0].routed_experts.shape[1:]), -1)
+            for b, c in enumerate(samples):
+                got = torch.as_tensor(np.asarray(c.routed_experts)).long()[: int(fed[b])]
                 routed[b, : got.shape[0]] = got
-        totals = torch.tensor([len(p) + len(c.token_ids) for p, c in seqs])
-        attention_mask = (torch.arange(seq)[None, :] < totals[:, None]).long()
-        return Rollout(input_ids, attention_mask, response_mask, logp, truncated, routed)
-
-    def _empty_routing(self, batch: int, seq: int, seqs) -> torch.Tensor:
-        if self.capture is not None:
-            layers, k = self.capture.num_layers, self.capture.top_k
-        else:
-            layers, k = np.asarray(seqs[0][1].routed_experts).shape[1:]
-        return torch.full((batch, seq, layers, k), -1, dtype=torch.long)
+        return Rollout(
+            input_ids=torch.tensor(ids),
+            attention_mask=(cols < total[:, None]).long(),
+            response_mask=((cols >= plen[:, None]) & (cols < total[:, None])).float(),
+            logp=torch.tensor(logps, dtype=torch.float32),
+            truncated=torch.tensor([c.finish_reason == "length" for c in samples]),
+            routing=routed,
+        )
 
     # ------------------------------------------------------------------ weight sync
 

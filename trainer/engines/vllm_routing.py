@@ -20,7 +20,6 @@ This module only reads; it never changes what vLLM computes.
 from __future__ import annotations
 
 import re
-from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -52,11 +51,13 @@ class _Step:
 
 
 class Captured:
-    """Everything captured inside one `RoutingCapture.session()`, per vLLM request id."""
+    """Everything captured inside one `RoutingCapture.session()`, per forward."""
 
     def __init__(self, num_layers: int, top_k: int) -> None:
         self.num_layers, self.top_k = num_layers, top_k
-        self._rows: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = defaultdict(list)
+        # per forward: (request ids in batch order, tokens per request, positions [N],
+        # top-k ids [N, L, k])
+        self._steps: list[tuple[list[str], list[int], torch.Tensor, torch.Tensor]] = []
 
     def _add(self, step: _Step) -> None:
         if step.positions is None or any(ids is None for ids in step.ids):
@@ -64,32 +65,31 @@ class Captured:
         counts = [step.num_scheduled[r] for r in step.req_ids]
         total = sum(counts)
         ids = torch.stack([t[:total] for t in step.ids], dim=1).long()  # [N, L, k]
-        positions = step.positions[:total]
-        start = 0
-        for req_id, count in zip(step.req_ids, counts, strict=True):
-            rows = slice(start, start + count)
-            self._rows[req_id].append((positions[rows], ids[rows]))
-            start += count
+        self._steps.append((step.req_ids, counts, step.positions[:total], ids))
 
-    def request_ids(self) -> list[str]:
-        return list(self._rows)
+    def request_ids(self) -> set[str]:
+        return {r for req_ids, *_ in self._steps for r in req_ids}
 
-    def rows(self, req_id: str, fed: int) -> torch.Tensor:
-        """[fed, L, k] long: the experts of positions 0..fed-1 of one request. Raises if
-        a position was not captured (the rollout would otherwise replay holes)."""
-        out = torch.full((fed, self.num_layers, self.top_k), -1, dtype=torch.long)
-        seen = torch.zeros(fed, dtype=torch.bool)
-        for positions, ids in self._rows.get(req_id, []):
-            keep = positions < fed
-            out[positions[keep]] = ids[keep]
-            seen[positions[keep]] = True
-        if not bool(seen.all()):
-            missing = (~seen).nonzero().flatten().tolist()
-            raise RuntimeError(
-                f"routing capture: request {req_id} has no routing at positions {missing[:8]} "
-                "(prefix caching on, or vLLM changed how it schedules tokens)"
+    def fill(self, routing: torch.Tensor, row_of: dict[str, int], fed: torch.Tensor) -> None:
+        """Write every captured row into `routing` [B, S, L, k] at (row_of[request],
+        position), for positions < fed[row]. Raises if a position 0..fed-1 of some row
+        was not captured (the rollout would otherwise replay holes). A position computed
+        twice (a preempted request is recomputed) keeps its first routing, the one its
+        sampling saw."""
+        for req_ids, counts, positions, ids in reversed(self._steps):
+            rows = torch.tensor([row_of[r] for r in req_ids]).repeat_interleave(
+                torch.tensor(counts)
             )
-        return out
+            keep = positions < fed[rows]
+            routing[rows[keep], positions[keep]] = ids[keep]
+        seen = (routing >= 0).all(-1).all(-1)  # [B, S]
+        expect = torch.arange(routing.shape[1])[None, :] < fed[:, None]
+        if not torch.equal(seen & expect, expect):
+            b, pos = (expect & ~seen).nonzero()[0].tolist()
+            raise RuntimeError(
+                f"routing capture: row {b} has no routing at position {pos} (prefix caching "
+                "on, or vLLM changed how it schedules tokens)"
+            )
 
 
 class RoutingCapture:
