@@ -5,6 +5,7 @@ left half-written)."""
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -55,7 +56,9 @@ def test_cache_key_covers_what_shapes_the_weights():
 
 
 def test_cold_start_trains_once_then_reuses(tmp_path):
-    cfg = ColdStartConfig(steps=25, batch_size=32, warmup_steps=5, cache_dir=str(tmp_path))
+    cfg = ColdStartConfig(
+        steps=25, batch_size=32, warmup_steps=5, stop_at_sampled_acc=None, cache_dir=str(tmp_path)
+    )
     first = cold_start(ModelConfig(), TASK, cfg, eval_cfg=QUICK, progress=False)
     assert not first.reused and first.path.parent == tmp_path
     assert first.metrics["coldstart/loss"] < 3.2  # from ln(101) ≈ 4.6 at random init
@@ -72,6 +75,31 @@ def test_cold_start_trains_once_then_reuses(tmp_path):
     batch = sft_batch(tok, make_task(TASK).sample_train(64, seed="check"))
     with torch.no_grad():
         assert model(**batch).loss.item() < 3.2
+
+
+def test_stops_at_the_first_check_that_reaches_the_target(monkeypatch):
+    calls = []
+
+    def fake_check(model, tokenizer, task, examples, seed):
+        calls.append({ex.prompt for ex in examples})
+        return [0.0, 0.1, 0.29, 0.31, 0.9][len(calls) - 1]
+
+    monkeypatch.setattr(cs, "check_accuracy", fake_check)
+    model = torch.nn.Linear(1, 1)
+    fake_loss = SimpleNamespace(loss=None)
+
+    def forward(**batch):
+        fake_loss.loss = (model.weight**2).sum() + 1.0
+        return fake_loss
+
+    monkeypatch.setattr(model, "forward", forward)
+    cfg = ColdStartConfig(steps=100, check_every=3, stop_at_sampled_acc=0.3, check_prompts=8)
+    task = make_task(TASK)
+    result = cs.train_sft(model, build_char_tokenizer(), task, cfg, progress=False)
+    assert result.steps == 12 and result.check_acc == 0.31  # checks at 3, 6, 9, 12
+    assert len(calls) == 4 and all(c == calls[0] for c in calls)  # one fixed check set
+    held = {ex.prompt for ex in task.heldout()}
+    assert calls[0].isdisjoint(held)  # the stopping rule never sees held-out prompts
 
 
 def test_failed_cold_start_leaves_no_cache_entry(tmp_path, monkeypatch):
