@@ -1,7 +1,7 @@
 """Benchmark: the vLLM engine against the PyTorch engine, speed and mismatch, in one run.
 
     python bench/vllm_bench.py [CONFIG.yaml] [--set key=value ...] [--prompts 64]
-        [--repeats 3] [--threads 2] [--out bench/results/vllm.md]
+        [--repeats 3] [--threads 2] [--vllm-threads 1] [--out bench/results/vllm.md]
 
 On the run config's tiny model after its (cached) cold start, and the same prompts:
 
@@ -45,10 +45,14 @@ def measure(label, backend, dtype, wq, ckpt, prompts, params, trainer, args) -> 
     from minirl.routing import routing_metrics
     from trainer.engines.config import EngineConfig
     from trainer.engines.factory import make_inference_engine
+    from trainer.engines.vllm_engine import VLLMEngine
 
     cfg = EngineConfig(inference=backend, inference_dtype=dtype, weight_quant=wq)
     t0 = time.perf_counter()
-    engine = make_inference_engine(ckpt, cfg)
+    if backend == "vllm":
+        engine = VLLMEngine(ckpt, cfg, num_threads=args.vllm_threads)
+    else:
+        engine = make_inference_engine(ckpt, cfg)
     start_s = time.perf_counter() - t0
     try:
         engine.generate(prompts[:4], params, seed=999)  # warm-up
@@ -112,6 +116,7 @@ def main() -> int:
     parser.add_argument("--prompts", type=int, default=64, help="prompts per rollout")
     parser.add_argument("--repeats", type=int, default=3, help="timed rollouts per engine")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (PyTorch side)")
+    parser.add_argument("--vllm-threads", type=int, default=1, help="torch threads in vLLM")
     parser.add_argument("--out", default="bench/results/vllm.md", help="Markdown output")
     args = parser.parse_args()
 
@@ -153,8 +158,9 @@ def main() -> int:
             "",
             f"Machine: {platform.machine()}, {os.cpu_count()} CPUs shared with other jobs "
             f"(load average {load0:.1f} at start, {load1:.1f} at end); PyTorch engine "
-            f"{args.threads} torch threads, vLLM in-process with 1 thread. tokens/s: median "
-            f"of {args.repeats} rollouts after a warm-up; tokens/CPU-s is less sensitive to "
+            f"{args.threads} torch threads, vLLM in-process with {args.vllm_threads} "
+            f"thread(s). tokens/s: median of {args.repeats} rollouts after a warm-up; "
+            "tokens/CPU-s is less sensitive to "
             "the other jobs.",
             "",
             table(rows),

@@ -8,6 +8,7 @@ engine, never from vLLM.
 from __future__ import annotations
 
 import copy
+import os
 import random
 import threading
 
@@ -29,6 +30,10 @@ PROMPTS = [[1, 30, 31, 32], [1, 50, 51, 52, 53, 54], [1, 9]]
 PARAMS = SamplingParams(n=3, max_new_tokens=12, temperature=0.9, top_p=0.95)
 
 
+def _environ() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+
+
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory):
     return build_tiny_checkpoint(ModelConfig(arch="qwen3", seed=8), tmp_path_factory.mktemp("d"))
@@ -45,6 +50,7 @@ def started(ckpt):
         "py_rng": random.getstate(),
         "num_threads": torch.get_num_threads(),
         "set_num_threads": torch.set_num_threads,
+        "environ": _environ(),
     }
     eng = VLLMEngine(ckpt, FP32)
     yield eng, before
@@ -73,6 +79,7 @@ def test_engine_start_leaves_the_process_as_it_was(started):
     assert random.getstate() == before["py_rng"]
     assert torch.set_num_threads is before["set_num_threads"]  # vLLM swaps in a no-op
     assert torch.get_num_threads() == before["num_threads"]
+    assert _environ() == before["environ"]  # vLLM sets LD_PRELOAD, TORCHINDUCTOR_* ...
 
 
 def test_dense_rollout_logprobs_match_training_engine(engine, trainer):

@@ -119,7 +119,8 @@ class VLLMEngine:
         max_num_seqs: int = 512,
         num_threads: int = 1,
     ) -> None:
-        vllm = import_vllm()
+        with _kept_process_state():  # importing vLLM sets env vars too (LD_LIBRARY_PATH...)
+            vllm = import_vllm()
         from vllm.platforms import current_platform
 
         path = Path(checkpoint_dir)
