@@ -7,6 +7,10 @@ onset and precursors, runs overlaid, log import). Reads and writes only through
 runs folder, bound address and operator token through environment variables.
 """
 
+# Imported before any page runs: plotly imports pandas lazily, and two sessions doing it
+# at once in their script threads can see a half-initialised module (seen on this machine).
+import pandas  # noqa: F401
+import plotly.graph_objects  # noqa: F401
 import streamlit as st
 
 from dashboard.settings import is_loopback

@@ -5,8 +5,10 @@ tails, `approx/seq_residual`), staleness, routing (train-inference and stale mis
 per-layer heat maps from `routing/<pair>/layer<i>`), policy entropy, optimisation,
 speed, and the stored distributions (log ρ, log r, ...) as heat maps over steps. Every
 chart shades the steps where a detector flagged a breakdown and marks alerts, actions
-and run events. Panels whose metrics the run did not log are listed, not drawn (an
-imported log has few of ours). Long runs are thinned for display only (data.py).
+and run events. Two fragments refresh on their own clocks while the run is live: the
+status line (last step, headline numbers) every few seconds, the charts less often.
+Sections can be switched off. Panels whose metrics the run did not log are listed, not
+drawn (an imported log has few of ours). Long runs are thinned for display only.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ from dashboard.ui import (
     settings,
 )
 
-MAX_SPANS = 150
+MAX_SPANS = 60
 MAX_MARKS = 400
 
 
@@ -102,6 +104,11 @@ SECTIONS: dict[str, tuple[Panel, ...]] = {
     ),
 }  # fmt: skip
 PANEL_METRICS = tuple(dict.fromkeys(m for ps in SECTIONS.values() for p in ps for m in p.metrics))
+DISTRIBUTIONS = "Distributions over steps"
+CHART_REFRESH_S = (2.0, 5.0, 10.0, 30.0)
+CHART_REFRESH_DEFAULT_S = 5.0
+"""Redrawing all ~23 charts costs a browser far more than the server (bench/results/
+dashboard.md): the status line refreshes every `refresh_s`, the charts less often."""
 HEADLINE = ("reward/mean", "reward/acc", "eval/acc", "mismatch/kl_k1", "policy/entropy")
 
 
@@ -142,21 +149,32 @@ def _header(run: RunEntry, last: dict[str, float], open_alerts: int, badge: str)
 
 
 @guard
-def live_body(path: str, name: str, extra: tuple[str, ...], max_points: int) -> None:
-    """Everything that refreshes: header, panels, heat maps (a fragment's body)."""
+def header_body(path: str, name: str) -> None:
+    """Status, last step and headline numbers: a cheap fragment, refreshed most often."""
     run = RunEntry(name, summarize(path))
-    fp = fingerprint(run.summary)
     if run.summary.last_step is None:
         st.markdown(f"### {name} · {STATUS_BADGE.get(run.summary.status or '')} · no steps yet")
         st.info(f"Run {name} has no steps yet: waiting for the trainer's first step.")
         return
+    fp = fingerprint(run.summary)
     rec = load_records(path, fp)
-    last_step = run.summary.last_step
     open_alerts = [a for a in rec.alerts if a.cleared_step is None]
-    _header(
-        run, last_values(path, HEADLINE, fp), len(open_alerts), HEALTH_BADGE[health(open_alerts)]
-    )
+    badge = HEALTH_BADGE[health(open_alerts)]
+    _header(run, last_values(path, HEADLINE, fp), len(open_alerts), badge)
 
+
+@guard
+def charts_body(
+    path: str, sections: tuple[str, ...], extra: tuple[str, ...], max_points: int
+) -> None:
+    """The panels and heat maps of the chosen sections (a fragment of its own: drawing
+    twenty charts costs the browser far more than the server)."""
+    summary = summarize(path)
+    if summary.last_step is None:
+        return
+    fp = fingerprint(summary)
+    rec = load_records(path, fp)
+    last_step = summary.last_step
     spans = limit_spans(breakdown_spans(rec.alerts, last_step), MAX_SPANS)
     marks = [
         *alert_marks([a for a in rec.alerts if a.severity != "info"][-MAX_MARKS:]),
@@ -168,6 +186,8 @@ def live_body(path: str, name: str, extra: tuple[str, ...], max_points: int) -> 
     series = load_series(path, wanted, max_points, fp)
 
     for section, panels in SECTIONS.items():
+        if section not in sections:
+            continue
         drawn = [p for p in panels if any(m in present for m in p.metrics)]
         layers = routing_layer_names(rec.scalar_names) if section == "Routing" else {}
         if not drawn and not layers:
@@ -193,8 +213,8 @@ def live_body(path: str, name: str, extra: tuple[str, ...], max_points: int) -> 
         if missing:
             st.caption("not logged by this run: " + ", ".join(missing))
 
-    if rec.hist_names:
-        st.subheader("Distributions over steps")
+    if rec.hist_names and DISTRIBUTIONS in sections:
+        st.subheader(DISTRIBUTIONS)
         cols = st.columns(2)
         for i, hname in enumerate(distribution_order(rec.hist_names)):
             h = load_histograms(path, hname, MAX_COLS, max_points, fp)
@@ -219,14 +239,21 @@ def render() -> None:
     rec = load_records(run.path, fingerprint(run.summary))
     others = sorted(set(rec.scalar_names) - set(PANEL_METRICS))
     others = [m for m in others if not m.startswith("routing/") or "/layer" not in m]
+    sections = st.pills("Sections", [*SECTIONS, DISTRIBUTIONS], selection_mode="multi",
+                        default=[*SECTIONS, DISTRIBUTIONS])  # fmt: skip
     with st.expander("More metrics and display options"):
         extra = st.multiselect("Other metrics to draw", others)
         max_points = st.select_slider("Points per line", [500, 1000, MAX_POINTS, 3000, 6000],
                                       value=MAX_POINTS)  # fmt: skip
         auto = st.toggle("Refresh while the run is live", value=True)
+        floor = max(s.refresh_s, CHART_REFRESH_DEFAULT_S)
+        default_every = next((e for e in CHART_REFRESH_S if e >= floor), CHART_REFRESH_S[-1])
+        chart_every = st.select_slider("Charts refresh every (s)", CHART_REFRESH_S,
+                                       value=default_every)  # fmt: skip
     live = run.summary.status == "live" and auto
     if live:
-        st.caption(f"refreshing every {s.refresh_s:g} s")
-    st.fragment(live_body, run_every=s.refresh_s if live else None)(
-        run.path, run.name, tuple(extra), int(max_points)
+        st.caption(f"status refreshed every {s.refresh_s:g} s, charts every {chart_every:g} s")
+    st.fragment(header_body, run_every=s.refresh_s if live else None)(run.path, run.name)
+    st.fragment(charts_body, run_every=chart_every if live else None)(
+        run.path, tuple(sections), tuple(extra), int(max_points)
     )
