@@ -13,7 +13,7 @@ import torch
 from trainer import coldstart as cs
 from trainer.coldstart import ColdStartConfig, cache_key, cold_start, lr_at, sft_batch
 from trainer.evaluate import EvalConfig
-from trainer.models import ModelConfig, load_policy
+from trainer.models import ModelConfig, build_tiny_checkpoint, load_policy
 from trainer.models.tokenizer import build_char_tokenizer
 from trainer.tasks import Example, TaskConfig, make_task
 
@@ -111,3 +111,14 @@ def test_failed_cold_start_leaves_no_cache_entry(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="killed"):
         cold_start(ModelConfig(), TASK, cfg, eval_cfg=QUICK, progress=False)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_disabled_cold_start_is_the_random_model(tmp_path):
+    cfg = ColdStartConfig(enabled=False, cache_dir=str(tmp_path))
+    start = cold_start(ModelConfig(), TASK, cfg, eval_cfg=QUICK, progress=False)
+    assert start.metrics["coldstart/steps"] == 0 and "coldstart/loss" not in start.metrics
+    assert start.metrics["coldstart/acc_greedy"] == 0.0
+    model, _ = load_policy(start.path)
+    fresh, _ = load_policy(build_tiny_checkpoint(ModelConfig(), tmp_path / "fresh"))
+    for a, b in zip(model.state_dict().values(), fresh.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
