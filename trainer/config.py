@@ -186,34 +186,61 @@ def config_from_dict(data: dict[str, Any] | None) -> RunConfig:
 def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
     """Read a YAML run config (None: all defaults), apply `a.b=c` overrides, validate.
 
-    Every failure a user can cause (missing or unparsable file, unknown key, wrong type,
-    invalid value, malformed override) raises UserError with one clear line.
+    A config may start from another: a top-level `base: other.yaml` (relative to the
+    file) is read first and this file's sections are merged over it, key by key, so a
+    paper recipe is the base setting plus the few keys it changes. Every failure a user
+    can cause (missing or unparsable file, unknown key, wrong type, invalid value,
+    malformed override, a cycle of bases) raises UserError with one clear line.
     """
-    data: Any = {}
-    if path is not None:
-        path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise UserError(f"config {path}: no such file") from None
-        except (OSError, UnicodeDecodeError) as err:
-            raise UserError(f"config {path}: cannot read ({err})") from None
-        try:
-            data = yaml_load(text)
-        except yaml.YAMLError as err:
-            mark = getattr(err, "problem_mark", None)
-            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-            raise UserError(f"config {path}: not valid YAML{where}: {problem}") from None
-        if data is None:
-            data = {}
-        if not isinstance(data, dict):
-            raise UserError(
-                f"config {path}: expected a mapping of sections, got {type(data).__name__}"
-            )
+    data: Any = {} if path is None else _read_with_bases(Path(path), ())
     for override in overrides:
         apply_override(data, override)
     return config_from_dict(data)
+
+
+def _read_with_bases(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
+    """The mapping of `path`, merged over its `base:` chain."""
+    data = _read_mapping(path)
+    base = data.pop("base", None)
+    if base is None:
+        return data
+    if not isinstance(base, str) or not base:
+        raise UserError(f"config {path}: base must be a file name, got {base!r}")
+    base_path = (path.parent / base).resolve()
+    if base_path in seen or base_path == path.resolve():
+        raise UserError(f"config {path}: base {base} makes a cycle of bases")
+    return _merge(_read_with_bases(base_path, (*seen, path.resolve())), data)
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _read_mapping(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"config {path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise UserError(f"config {path}: cannot read ({err})") from None
+    try:
+        data = yaml_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise UserError(f"config {path}: not valid YAML{where}: {problem}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UserError(f"config {path}: expected a mapping of sections, got {type(data).__name__}")
+    return data
 
 
 def config_to_dict(cfg: RunConfig) -> dict[str, Any]:
