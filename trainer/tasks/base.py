@@ -57,7 +57,7 @@ class Task:
         """The fixed held-out examples (the same list on every call)."""
         raise NotImplementedError
 
-    def sample_train(self, k: int, seed: int) -> list[Example]:
+    def sample_train(self, k: int, seed: int | str) -> list[Example]:
         """k training examples, a deterministic function of (task, k, seed)."""
         raise NotImplementedError
 

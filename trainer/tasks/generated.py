@@ -110,7 +110,7 @@ class GeneratedTask(Task):
             self._heldout = list(seen.values())
         return list(self._heldout)
 
-    def sample_train(self, k: int, seed: int) -> list[Example]:
+    def sample_train(self, k: int, seed: int | str) -> list[Example]:
         rng = random.Random(f"train:{self.cfg.kind}:{self.cfg.digits}:{self.cfg.seed}:{seed}")
         return [self._draw_side(rng, heldout=False) for _ in range(k)]
 

@@ -85,7 +85,7 @@ class JsonlTask(Task):
     def heldout(self) -> list[Example]:
         return list(self._heldout)
 
-    def sample_train(self, k: int, seed: int) -> list[Example]:
+    def sample_train(self, k: int, seed: int | str) -> list[Example]:
         rng = random.Random(f"train:jsonl:{self.cfg.seed}:{seed}")
         if k <= len(self.train):
             return rng.sample(self.train, k)
