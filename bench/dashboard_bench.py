@@ -65,22 +65,49 @@ NAMES = CANONICAL + LAYERS + [f"extra/m{i}" for i in range(60 - len(CANONICAL) -
 LAST_STEP = re.compile(r"last step (\d+)")
 
 
+# (level before the breakdown, level after): plausible values at small scale (SCIENCE.md)
+LEVELS: dict[str, tuple[float, float]] = {
+    "mismatch/kl_k1": (1e-3, 3e-2), "mismatch/kl_k2": (1e-3, 3e-2),
+    "mismatch/kl_k3": (1e-3, 2.5e-2), "mismatch/ratio_mean": (1.0, 1.02),
+    "mismatch/ratio_min": (0.5, 0.05), "mismatch/ratio_max": (2.0, 40.0),
+    "mismatch/ratio_p01": (0.9, 0.6), "mismatch/ratio_p99": (1.1, 1.8),
+    "mismatch/frac_outside_band": (1e-3, 3e-2), "mismatch/chi2_token": (0.01, 0.3),
+    "mismatch/chi2_seq": (0.05, 1.5), "mismatch/ess": (0.98, 0.6),
+    "mismatch/prob_corr": (0.999, 0.98), "mismatch/max_abs_prob_diff": (0.05, 0.3),
+    "staleness/ratio_mean": (1.0, 1.0), "staleness/ratio_min": (0.8, 0.7),
+    "staleness/ratio_max": (1.25, 1.4), "staleness/kl_k3": (1e-4, 2e-4),
+    "staleness/mask_frac": (0.01, 0.02), "is/weight_mean": (1.0, 1.05),
+    "is/weight_max": (3.0, 5.0), "is/trunc_frac": (1e-4, 5e-3),
+    "approx/seq_residual": (0.02, 0.5), "approx/grad_cosine": (0.99, 0.7),
+    "routing/mismatch_train_infer": (0.02, 0.08), "routing/mismatch_stale": (0.01, 0.015),
+    "routing/tokens_any_layer_diff": (0.05, 0.2), "routing/overlap": (0.99, 0.96),
+    "routing/load_cv": (0.3, 0.35), "policy/entropy": (1.2, 0.3), "reward/std": (0.4, 0.2),
+    "reward/zero_adv_group_frac": (0.3, 0.7), "response/len_mean": (40.0, 60.0),
+    "response/len_max": (128.0, 256.0), "response/trunc_frac": (0.01, 0.1),
+    "optim/loss": (0.02, 0.05), "optim/grad_norm": (0.5, 5.0), "optim/lr": (3e-4, 3e-4),
+    "perf/step_s": (0.5, 0.5), "perf/rollout_s": (0.2, 0.2), "perf/train_s": (0.25, 0.25),
+    "perf/diag_s": (0.02, 0.02), "perf/tokens_per_s": (5000.0, 5000.0),
+}  # fmt: skip
+
+
 def synthetic(step: np.ndarray, rng: np.random.Generator, breakdown: int) -> dict[str, np.ndarray]:
-    """Plausible series: learning, then a mismatch breakdown and a reward collapse."""
+    """Plausible series (5 % log-normal noise): learning, then at `breakdown` the
+    train-inference mismatch jumps, routing flips in layer 3, and reward collapses."""
     n = len(step)
     after = step >= breakdown
+    noise = lambda: np.exp(rng.normal(0, 0.05, n))  # noqa: E731
     out = {name: np.abs(rng.normal(1.0, 0.05, n)) for name in NAMES}
-    out["reward/mean"] = np.where(after, 0.2, 0.2 + 0.5 * (1 - np.exp(-step / (breakdown / 4))))
-    out["reward/mean"] = out["reward/mean"] + rng.normal(0, 0.02, n)
+    for name, (before, broken) in LEVELS.items():
+        out[name] = np.where(after, broken, before) * noise()
+    out["optim/lr"] = np.full(n, 3e-4)
+    learned = 0.2 + 0.5 * (1 - np.exp(-step / max(1.0, breakdown / 4)))
+    out["reward/mean"] = np.clip(np.where(after, 0.15, learned) + rng.normal(0, 0.02, n), 0, 1)
     out["reward/acc"] = out["reward/mean"]
-    out["mismatch/kl_k1"] = np.where(after, 3e-2, 1e-3) * np.exp(rng.normal(0, 0.1, n))
-    out["mismatch/kl_k3"] = out["mismatch/kl_k1"] / 2
-    out["eval/acc"] = np.where(step % 50 == 0, out["reward/mean"], np.nan)
-    for i in range(4):
-        base = 0.01 * (i + 1)
-        out[f"routing/mismatch_train_infer/layer{i}"] = np.where(after, 5 * base, base) * (
-            1 + rng.normal(0, 0.1, n) ** 2
-        )
+    out["eval/acc"] = np.where(step % 10 == 0, out["reward/mean"] * 0.9, np.nan)
+    for pair, scale in (("mismatch_train_infer", 1.0), ("mismatch_stale", 0.5)):
+        for i in range(4):
+            broken = 0.25 if i == 3 else 0.03
+            out[f"routing/{pair}/layer{i}"] = scale * np.where(after, broken, 0.015) * noise()
     return out
 
 
@@ -152,7 +179,7 @@ def bench_apptest(runs: Path, name: str) -> list[tuple[str, float]]:
     figures = len(at.get("plotly_chart"))
     assert any("last step" in str(m.value) for m in at.markdown)
     rows.append((f"(live page draws {figures} charts)", float("nan")))
-    return rows
+    return rows, figures
 
 
 def free_port() -> int:
@@ -161,14 +188,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def charts_ready(browser) -> int:
-    """Number of Plotly charts drawn, 0 while any chart is still a loading skeleton."""
+def charts_ready(browser, expected: int) -> int:
+    """Number of Plotly charts drawn once all `expected` are, else 0."""
     n = browser.eval("document.querySelectorAll('.js-plotly-plot').length") or 0
     skeletons = browser.eval("document.querySelectorAll('[data-testid=stSkeleton]').length")
-    return n if not skeletons else 0
+    return n if n >= expected and not skeletons else 0
 
 
-def bench_browser_long(runs: Path, name: str, steps: int, tmp: Path) -> list[tuple[str, float]]:
+def bench_browser_long(
+    runs: Path, name: str, steps: int, n_charts: int, tmp: Path
+) -> list[tuple[str, float]]:
     from browser_cdp import Browser
 
     port = free_port()
@@ -186,7 +215,7 @@ def bench_browser_long(runs: Path, name: str, steps: int, tmp: Path) -> list[tup
             shown = b.wait_for(lambda t: f"last step {steps - 1}" in t, 300)
             rows.append((f"browser: Live page shows 'last step {steps - 1}'",
                          time.perf_counter() - t0 if shown else float("nan")))  # fmt: skip
-            drawn = b.wait_for(lambda _: charts_ready(b), 300)
+            drawn = b.wait_for(lambda _: charts_ready(b, n_charts), 300)
             rows.append((f"browser: all {drawn} charts drawn", time.perf_counter() - t0))
             time.sleep(1.0)
             b.screenshot(RESULTS / "dashboard_100k.png")
@@ -247,7 +276,7 @@ def bench_browser_live(tmp: Path) -> list[tuple[str, float]]:
                 time.sleep(0.5)
             rows.append(("live run: page behind the writer, median (s)", float(np.median(lags))))
             rows.append(("live run: page behind the writer, max (s)", float(np.max(lags))))
-            b.wait_for(lambda _: charts_ready(b), 120)
+            b.wait_for(lambda _: charts_ready(b, 20), 120)
             time.sleep(1.0)
             b.screenshot(RESULTS / "dashboard_live.png")
     finally:
@@ -278,9 +307,9 @@ def main() -> int:
         build_s = build_long(run, args.steps)
     size_mb = (run / "store.sqlite").stat().st_size / 2**20
     load = os.getloadavg()[0]
-    rows = bench_apptest(runs, name)
+    rows, n_charts = bench_apptest(runs, name)
     if not args.no_browser and shutil.which("chromium"):
-        rows += bench_browser_long(runs, name, args.steps, tmp)
+        rows += bench_browser_long(runs, name, args.steps, n_charts, tmp)
         rows += bench_browser_live(tmp)
     lines = [
         "# Dashboard benchmark (`bench/dashboard_bench.py`)",

@@ -169,6 +169,9 @@ def request_form(run: RunEntry, alerts: list[Alert]) -> None:
         "Written to the run's store as a pending action; the trainer applies it at the next "
         "step boundary (a pending action of the same kind is not duplicated)."
     )
+    if run.summary.status != "live":
+        st.info(f"Run {run.name} is {run.summary.status}: a request waits in its store until "
+                "the run is resumed.")  # fmt: skip
     allowed, why = operator_permission(s, key="token-actions")
     if not allowed:
         st.warning(why)

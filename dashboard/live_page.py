@@ -217,7 +217,7 @@ def charts_body(
         st.subheader(DISTRIBUTIONS)
         cols = st.columns(2)
         for i, hname in enumerate(distribution_order(rec.hist_names)):
-            h = load_histograms(path, hname, MAX_COLS, max_points, fp)
+            h = load_histograms(path, hname, last_step, MAX_COLS, max_points, fp)
             fig = charts.distribution_figure(hname, h.steps, h.edges, h.counts, h.quantiles,
                                              spans=spans, marks=marks)  # fmt: skip
             cols[i % 2].plotly_chart(fig, key=f"dist-{hname}")

@@ -393,3 +393,35 @@ def test_import_of_a_foreign_log_creates_a_run(runs: Path, monkeypatch: pytest.M
     monkeypatch.setenv(ENV_HOST, "0.0.0.0")
     at = app("analysis", run="ours")
     assert widget(at.button, "Import").disabled
+
+
+def test_long_distributions_are_read_every_kth_step(tmp_path: Path):
+    from dashboard.data import histogram_stride, load_histograms
+    from monitor.config import MonitorConfig
+    from monitor.histograms import bin_values, spec_for
+    from monitor.store import RunStore
+
+    assert histogram_stride(99_999, 300) == 83 and histogram_stride(1_000, 300) is None
+    spec = spec_for("log_rho", MonitorConfig().histograms)
+    store = RunStore.open(tmp_path / "r")
+    rng = np.random.default_rng(0)
+    with store.transaction():
+        for step in range(3600):
+            store.write_step(step, {"x": 1.0}, 0.0)
+            if step % 2 == 0 or step < 600:  # every step early on, then every other one
+                store.write_histogram(step, "log_rho", bin_values(rng.normal(0, 1, 32), spec))
+            if step % 2 == 1:  # odd steps only: an even stride reads none of them
+                store.write_histogram(step, "log_r", bin_values(rng.normal(0, 1, 32), spec))
+    store.close()
+    h = load_histograms(str(tmp_path / "r"), "log_rho", 3599, 300, 1500, ("t",))
+    with RunReader(tmp_path / "r") as reader:
+        full = reader.histograms("log_rho")
+    sampled = full.steps % 3 == 0  # stride 3600 // 1200
+    assert (
+        len(h.steps) <= 300 and h.counts.sum() == full.counts[sampled].sum() == 32 * sampled.sum()
+    )
+    # quantile lines keep the extremes of the steps read
+    assert np.nanmax(h.quantiles["p99"][1]) == np.nanmax(full.quantiles["p99"][sampled])
+    # a stride that misses the logged steps falls back to reading them all
+    h = load_histograms(str(tmp_path / "r"), "log_r", 2399, 300, 1500, ("u",))
+    assert h.counts.sum() == 32 * 1800
