@@ -111,6 +111,60 @@ def synthetic(step: np.ndarray, rng: np.random.Generator, breakdown: int) -> dic
     return out
 
 
+def _alert(detector: str, severity: str, metric: str, factor: str, message: str, remedy: str):
+    def write(store: RunStore, step: int, series: dict, i: int) -> None:
+        value = float(series[metric][i]) if metric in series else float("nan")
+        draft = AlertDraft(detector, severity, metric, value, float("nan"), 50, factor,
+                           message, remedy)  # fmt: skip
+        store.insert_alert(step, draft, time.time())
+
+    return write
+
+
+def _clear(detector: str, metric: str):
+    return lambda store, step, series, i: store.clear_alerts(step, detector, metric)
+
+
+def _action(kind: str, params: dict, reason: str, source: str, outcome: str | None):
+    def write(store: RunStore, step: int, series: dict, i: int) -> None:
+        action = store.insert_action(kind, params, reason, source, None, time.time())
+        if outcome:
+            store.resolve_action(action.id, "applied", outcome, time.time())
+
+    return write
+
+
+def alert_schedule(steps: int, breakdown: int) -> dict[int, list]:
+    """A plausible history: three short transient warnings, then at the breakdown the
+    mismatch and routing alerts (still open at the end), the policy's TIS action, a
+    learning-rate cut and an operator's rollback request left pending."""
+    kl = ("level", "mismatch/kl_k1", "train_inference", "mismatch KL k1 above its baseline",
+          "turn on token IS correction (TIS, cap 5)")  # fmt: skip
+    rt = ("level", "routing/mismatch_train_infer", "routing", "routing flips up",
+          "routing replay R3 (off-policy ≥ 4×) or R2")  # fmt: skip
+    sched: dict[int, list] = {}
+
+    def at(step: int, what) -> None:
+        sched.setdefault(min(step, steps - 1), []).append(what)
+
+    for start in (int(steps * 0.15), int(steps * 0.35), int(steps * 0.52)):
+        at(start, _alert(kl[0], "warning", kl[1], kl[2], kl[3], kl[4]))
+        at(start + max(5, steps // 600), _clear(kl[0], kl[1]))
+    at(breakdown + 2, _alert(kl[0], "critical", kl[1], kl[2], kl[3], kl[4]))
+    at(breakdown + 3, _alert(rt[0], "warning", rt[1], rt[2], rt[3], rt[4]))
+    tis = {"enabled": True, "cap": 5.0}
+    at(breakdown + 4, _action("set_is_correction", tis, "policy: KL high with IS off", "policy",
+                              "TIS on, cap 5"))  # fmt: skip
+    at(breakdown + 30, _alert("drop", "critical", "reward/mean", "outcome",
+                              "reward fell by more than half of its gain",
+                              "roll back to the last healthy checkpoint"))  # fmt: skip
+    at(breakdown + 40, _action("scale_lr", {"factor": 0.5}, "policy: collapse under way",
+                               "policy", "lr 3e-4 -> 1.5e-4"))  # fmt: skip
+    at(steps - 50, _action("rollback", {"step": breakdown - 100}, "operator: back to before "
+                           "the breakdown", "dashboard", None))  # fmt: skip
+    return sched
+
+
 def build_long(run: Path, steps: int) -> float:
     """The long run through RunStore; returns the build time in seconds."""
     rng = np.random.default_rng(0)
@@ -118,6 +172,7 @@ def build_long(run: Path, steps: int) -> float:
     store = RunStore.open(run)
     t = time.perf_counter()
     breakdown = int(steps * 0.7)
+    schedule = alert_schedule(steps, breakdown)
     with store.transaction():
         store.set_meta("started", True)
         store.insert_event(None, "start", {"pid": os.getpid()}, time.time())
@@ -130,19 +185,8 @@ def build_long(run: Path, steps: int) -> float:
                 for name, scale in (("log_rho", 0.1), ("log_r", 0.05)):
                     row = bin_values(rng.normal(0, scale, 256), spec_for(name, cfg.histograms))
                     store.write_histogram(s, name, row)
-                if s % 500 == 250 or (s >= breakdown and s % 100 == 0):
-                    draft = AlertDraft("level", "critical" if s >= breakdown else "warning",
-                                       "mismatch/kl_k1", float(series["mismatch/kl_k1"][i]),
-                                       1e-3, 50, "train_inference", "KL(μ‖π_old) high",
-                                       "turn on token IS correction (TIS, cap 5)")  # fmt: skip
-                    alert_id = store.insert_alert(s, draft, time.time())
-                    store.clear_alerts(s + 20, "level", "mismatch/kl_k1")
-                    if s >= breakdown and s % 1000 == 0:
-                        action = store.insert_action(
-                            "set_is_correction", {"enabled": True}, "KL high: TIS on",
-                            "policy", alert_id, time.time(),
-                        )  # fmt: skip
-                        store.resolve_action(action.id, "applied", "TIS on", time.time())
+                for what in schedule.get(s, ()):
+                    what(store, s, series, i)
         print(f"\r  built {step[-1] + 1:,}/{steps:,} steps", end="", flush=True)
     with store.transaction():
         store.insert_event(steps - 1, "close", {}, time.time())

@@ -39,6 +39,7 @@ from dashboard.marks import (
     event_marks,
     health,
     limit_spans,
+    merge_spans,
 )
 from dashboard.settings import MAX_COLS, MAX_POINTS
 from dashboard.ui import (
@@ -175,7 +176,9 @@ def charts_body(
     fp = fingerprint(summary)
     rec = load_records(path, fp)
     last_step = summary.last_step
-    spans = limit_spans(breakdown_spans(rec.alerts, last_step), MAX_SPANS)
+    # spans closer than 0.2 % of the run look joined on a chart anyway; then at most MAX_SPANS
+    spans = merge_spans(breakdown_spans(rec.alerts, last_step), gap=max(1, last_step // 500))
+    spans = limit_spans(spans, MAX_SPANS)
     marks = [
         *alert_marks([a for a in rec.alerts if a.severity != "info"][-MAX_MARKS:]),
         *action_marks(rec.actions, last_step),

@@ -78,14 +78,25 @@ def merge_spans(spans: Sequence[Span], gap: int) -> list[Span]:
 
 
 def limit_spans(spans: Sequence[Span], max_spans: int) -> list[Span]:
-    """At most `max_spans` spans, merging the closest neighbours first (display only)."""
+    """Exactly `max_spans` spans out of more, by closing the smallest gaps first (ties: the
+    earliest), so evenly spaced alerts are not all fused into one (display only).
+
+    `spans` must be sorted and disjoint, as breakdown_spans returns them.
+    """
     spans = list(spans)
-    if len(spans) <= max_spans:
+    if len(spans) <= max_spans or max_spans < 1:
         return spans
-    gaps = sorted(b.start - a.end for a, b in itertools.pairwise(spans))
-    # the gap that leaves at most max_spans - 1 larger gaps between spans
-    threshold = gaps[len(gaps) - max_spans]
-    return merge_spans(spans, gap=threshold)
+    gaps = [b.start - a.end for a, b in itertools.pairwise(spans)]
+    closed = set(sorted(range(len(gaps)), key=lambda i: (gaps[i], i))[: len(spans) - max_spans])
+    out = [spans[0]]
+    for i, s in enumerate(spans[1:]):
+        if i in closed:
+            last = out[-1]
+            factors = tuple(dict.fromkeys(last.factors + s.factors))
+            out[-1] = Span(last.start, s.end, _worst(last.severity, s.severity), factors)
+        else:
+            out.append(s)
+    return out
 
 
 def alert_marks(alerts: Iterable[Alert]) -> list[Mark]:

@@ -149,12 +149,18 @@ def test_limit_spans_merges_the_closest_first():
     spans = merge_spans(spans, gap=1)  # 30..31 and 31..32 touch
     assert len(spans) == 5
     limited = limit_spans(spans, 3)
-    assert limited == [  # gaps 2 and 9 merged first; 16 and 68 kept
+    assert limited == [  # gaps 2 and 9 closed first; 16 and 68 kept
         Span(0, 14, "warning", ("x",)), Span(30, 32, "warning", ("x",)),
         Span(100, 101, "warning", ("x",)),
     ]  # fmt: skip
-    assert limited[-1].start == 100
     assert limit_spans(spans, 10) == spans
+    # evenly spaced alerts: exactly max_spans spans, not one span over the whole run
+    even = [Span(s, s + 20, "critical" if s == 500 else "warning", ("x",))
+            for s in range(0, 10_000, 500)]  # fmt: skip
+    limited = limit_spans(even, 5)
+    assert len(limited) == 5 and limited[0].start == 0 and limited[-1].end == 9520
+    assert sum(sp.end - sp.start for sp in limited) < 10_000
+    assert limited[0].severity == "critical"  # the worst severity survives the merge
 
 
 def test_marks_and_health():
