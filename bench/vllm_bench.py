@@ -1,7 +1,7 @@
 """Benchmark: the vLLM engine against the PyTorch engine, speed and mismatch, in one run.
 
     python bench/vllm_bench.py [CONFIG.yaml] [--set key=value ...] [--prompts 64]
-        [--repeats 3] [--threads 2] [--vllm-threads 1] [--out bench/results/vllm.md]
+        [--repeats 5] [--threads 2] [--vllm-threads 1] [--out bench/results/vllm.md]
 
 On the run config's tiny model after its (cached) cold start, and the same prompts:
 
@@ -30,17 +30,20 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-# (label, backend, inference_dtype, weight_quant)
+# (label, backend, inference_dtype, weight_quant, torch threads: None = --threads)
 VARIANTS = [
-    ("PyTorch fp32", "torch", "fp32", "none"),
-    ("PyTorch bf16", "torch", "bf16", "none"),
-    ("vLLM fp32", "vllm", "fp32", "none"),
-    ("vLLM bf16", "vllm", "bf16", "none"),
-    ("vLLM bf16 + fp8_e4m3 weights", "vllm", "bf16", "fp8_e4m3"),
+    ("PyTorch fp32", "torch", "fp32", "none", None),
+    ("PyTorch fp32, 1 thread", "torch", "fp32", "none", 1),
+    ("PyTorch bf16", "torch", "bf16", "none", None),
+    ("vLLM fp32", "vllm", "fp32", "none", None),
+    ("vLLM bf16", "vllm", "bf16", "none", None),
+    ("vLLM bf16 + fp8_e4m3 weights", "vllm", "bf16", "fp8_e4m3", None),
 ]
 
 
-def measure(label, backend, dtype, wq, ckpt, prompts, params, trainer, args) -> dict:
+def measure(label, backend, dtype, wq, threads, ckpt, prompts, params, trainer, args) -> dict:
+    import torch
+
     from minirl.mismatch import mismatch_metrics
     from minirl.routing import routing_metrics
     from trainer.engines.config import EngineConfig
@@ -48,6 +51,7 @@ def measure(label, backend, dtype, wq, ckpt, prompts, params, trainer, args) -> 
     from trainer.engines.vllm_engine import VLLMEngine
 
     cfg = EngineConfig(inference=backend, inference_dtype=dtype, weight_quant=wq)
+    torch.set_num_threads(threads or args.threads)  # vLLM sets its own during its calls
     t0 = time.perf_counter()
     if backend == "vllm":
         engine = VLLMEngine(ckpt, cfg, num_threads=args.vllm_threads)
@@ -89,6 +93,7 @@ def measure(label, backend, dtype, wq, ckpt, prompts, params, trainer, args) -> 
         experts = trainer.model.config.num_experts
         pair = routing_metrics(routed, ro.routing, mask, experts, "mismatch_train_infer")
         row["routing"] = pair["routing/mismatch_train_infer"]
+    torch.set_num_threads(args.threads)
     return row
 
 
@@ -114,7 +119,7 @@ def main() -> int:
     parser.add_argument("config", nargs="?", default=None, help="run config YAML")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--prompts", type=int, default=64, help="prompts per rollout")
-    parser.add_argument("--repeats", type=int, default=3, help="timed rollouts per engine")
+    parser.add_argument("--repeats", type=int, default=5, help="timed rollouts per engine")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (PyTorch side)")
     parser.add_argument("--vllm-threads", type=int, default=1, help="torch threads in vLLM")
     parser.add_argument("--out", default="bench/results/vllm.md", help="Markdown output")
@@ -126,6 +131,7 @@ def main() -> int:
     from trainer.config import load_config
     from trainer.engines.config import EngineConfig, OptimConfig
     from trainer.engines.training import TrainingEngine
+    from trainer.engines.vllm_engine import import_vllm
     from trainer.evaluate import encode_prompts
     from trainer.tasks import make_task
 
@@ -138,6 +144,9 @@ def main() -> int:
     prompts = encode_prompts(trainer.tokenizer, [ex.prompt for ex in examples])
     params = cfg.sampling
     load0 = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    import_vllm()
+    import_s = time.perf_counter() - t0
     rows = [measure(*v, ckpt, prompts, params, trainer, args) for v in VARIANTS]
     load1 = os.getloadavg()[0]
 
@@ -160,8 +169,9 @@ def main() -> int:
             f"(load average {load0:.1f} at start, {load1:.1f} at end); PyTorch engine "
             f"{args.threads} torch threads, vLLM in-process with {args.vllm_threads} "
             f"thread(s). tokens/s: median of {args.repeats} rollouts after a warm-up; "
-            "tokens/CPU-s is less sensitive to "
-            "the other jobs.",
+            "tokens/CPU-s is less sensitive to the other jobs. start s: engine start "
+            f"(importing vLLM took {import_s:.1f} s more, once per process); sync s: one "
+            "weight sync including its verification on the probe batch.",
             "",
             table(rows),
             "",

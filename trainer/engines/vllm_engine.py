@@ -17,9 +17,12 @@ batch (`vllm_weights.py`); a failed check raises `WeightSyncError`.
 
 Suited to a 2-core machine (ENGINES.md): in-process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`,
 executor "uni": start ≈ 3 s, no worker process), eager mode, a sized KV cache, prefix
-caching off (cached tokens would not be routed again, so not captured). vLLM's engine
-start changes process-wide state that a trainer in the same process relies on (it
-reseeds the global RNGs, replaces `torch.set_num_threads` by a no-op); we restore it.
+caching off (cached tokens would not be routed again, so not captured), no chunked
+prefill (it crashes seeded sampling on CPU). Importing and starting vLLM changes
+process-wide state that a trainer in the same process relies on: it reseeds the global
+RNGs, replaces `torch.set_num_threads` by a no-op, sets LD_PRELOAD and a dozen other
+environment variables (inherited by any child process), starts tqdm's monitor thread.
+We restore all of it.
 Generation runs single-threaded by default: on a shared 2-core machine one thread
 avoids OpenMP spin-wait contention (measured 2-8x faster under load).
 It does not tokenize: prompts and responses are token ids (the tokenizer is not loaded).
