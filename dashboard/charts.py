@@ -68,8 +68,15 @@ def span_shapes(spans: Sequence[Span]) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
+MARKS_LEGEND = (
+    "shaded: steps with an open alert (amber warning, red critical) · ▼ alert · ◆ action "
+    "(green applied, grey pending, red rejected) · ■ run event (rollback, resume, ...)"
+)
+
+
 def mark_traces(marks: Sequence[Mark]) -> list[Trace]:
-    """Alerts as ▼ at the top edge; actions ◆ and events ■ at the bottom edge."""
+    """Alerts as ▼ at the top edge; actions ◆ and events ■ at the bottom edge (explained
+    once per page by MARKS_LEGEND, not in every chart's legend)."""
     groups: dict[tuple[str, str], list[Mark]] = {}
     for m in marks:
         groups.setdefault((m.kind, m.level), []).append(m)
@@ -83,7 +90,7 @@ def mark_traces(marks: Sequence[Mark]) -> list[Trace]:
             y, symbol, color = 0.04, "square", EVENT_COLOR
         traces.append({
             "type": "scatter", "x": [m.step for m in ms], "y": [y] * len(ms), "yaxis": "y2",
-            "mode": "markers", "name": f"{kind}: {level}", "legendgroup": kind,
+            "mode": "markers", "name": f"{kind}: {level}", "showlegend": False,
             "marker": {"symbol": symbol, "size": 9, "color": color,
                        "line": {"width": 1, "color": "white"}},
             "text": [m.text for m in ms], "hovertemplate": "%{text}<extra></extra>",

@@ -184,6 +184,7 @@ def charts_body(
         *action_marks(rec.actions, last_step),
         *event_marks(rec.events),
     ]
+    st.caption(charts.MARKS_LEGEND)
     present = set(rec.scalar_names)
     wanted = tuple(m for m in (*PANEL_METRICS, *extra) if m in present)
     series = load_series(path, wanted, max_points, fp)
