@@ -1,0 +1,257 @@
+"""The RL loop end to end on the tiny Qwen3-MoE: metrics at every step, Routing Replay
+wiring (R2 no-op on the first mini-batch, R3 replays the inference engine's routing),
+resume without lost or duplicated steps, remediation actions, non-finite batches."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from monitor import RunReader
+from monitor.store import request_action
+from trainer import run as run_module
+from trainer import step as step_module
+from trainer.run import train
+
+# DESIGN.md's per-step metrics that apply to an MoE run with diagnostics on
+EVERY_STEP = {
+    *(f"mismatch/{k}" for k in ("kl_k1", "kl_k2", "kl_k3", "ratio_mean", "ratio_min",
+      "ratio_max", "ratio_p01", "ratio_p99", "frac_outside_band", "chi2_token", "chi2_seq",
+      "ess", "prob_corr", "max_abs_prob_diff")),
+    *(f"staleness/{k}" for k in ("ratio_mean", "ratio_min", "ratio_max", "kl_k3", "mask_frac")),
+    "is/weight_mean", "is/weight_max", "is/trunc_frac", "approx/seq_residual",
+    "routing/mismatch_train_infer", "routing/mismatch_stale", "routing/tokens_any_layer_diff",
+    "routing/overlap", "routing/load_cv", "routing/mismatch_train_infer/layer0",
+    "routing/mismatch_stale/layer1", "policy/entropy",
+    "reward/mean", "reward/std", "reward/acc", "reward/zero_adv_group_frac",
+    "response/len_mean", "response/len_max", "response/trunc_frac",
+    "optim/loss", "optim/grad_norm", "optim/lr",
+    "perf/step_s", "perf/rollout_s", "perf/train_s", "perf/diag_s", "perf/tokens_per_s",
+    "perf/sync_s",
+}  # fmt: skip
+
+
+def _series(run_dir, name):
+    steps, values = RunReader(run_dir).scalars([name])[name]
+    return steps.tolist(), values.tolist()
+
+
+def test_every_metric_at_every_step_and_eval(tiny_config):
+    cfg = tiny_config()
+    result = train(cfg, progress=False)
+    assert result.stopped == "completed" and result.last_step == 3
+    reader = RunReader(cfg.resolved_run_dir)
+    names = set(reader.metric_names())
+    assert names >= EVERY_STEP, sorted(EVERY_STEP - names)
+    for name in EVERY_STEP:
+        steps, values = _series(cfg.resolved_run_dir, name)
+        assert steps == [1, 2, 3], (name, steps)
+    eval_steps, _ = _series(cfg.resolved_run_dir, "eval/acc")
+    assert eval_steps == [0, 2, 3]  # after cold start, every 2 steps, and at the end
+    assert (cfg.resolved_run_dir / "config.yaml").is_file()
+    assert sorted(p.name for p in (cfg.resolved_run_dir / "checkpoints").iterdir()) == [
+        "step_000002.pt",
+        "step_000003.pt",
+    ]
+    # bf16 inference vs fp32 training: a real, non-zero mismatch
+    _, k3 = _series(cfg.resolved_run_dir, "mismatch/kl_k3")
+    assert all(v > 0 for v in k3)
+
+
+def test_fp32_inference_has_no_mismatch(tiny_config):
+    cfg = tiny_config(engine={"inference_dtype": "fp32"}, train={"steps": 1})
+    train(cfg, progress=False)
+    _, k1 = _series(cfg.resolved_run_dir, "mismatch/kl_k1")
+    _, ti = _series(cfg.resolved_run_dir, "routing/mismatch_train_infer")
+    assert abs(k1[0]) < 1e-5 and ti == [0.0]
+
+
+class _Spy:
+    """Wraps TrainingEngine.forward_logprobs to see what each pass replayed and returned."""
+
+    def __init__(self, monkeypatch):
+        self.calls: list[dict] = []
+        original = run_module.TrainingEngine.forward_logprobs
+        spy = self
+
+        def wrapped(engine, input_ids, attention_mask, response_mask, replay=None, **kw):
+            out = original(engine, input_ids, attention_mask, response_mask, replay=replay, **kw)
+            spy.calls.append({"replay": None if replay is None else replay.clone(),
+                              "logp": out[0].detach().clone(), "routing": out[2]})  # fmt: skip
+            return out
+
+        monkeypatch.setattr(run_module.TrainingEngine, "forward_logprobs", wrapped)
+
+
+def test_r2_replays_theta_old_routing_and_is_a_noop_on_the_first_minibatch(
+    tiny_config, monkeypatch
+):
+    spy = _Spy(monkeypatch)
+    cfg = tiny_config(train={"steps": 1, "routing_replay": "R2", "mini_batches": 2})
+    train(cfg, progress=False)
+    old, first, second = spy.calls[:3]  # θ_old pass, then the two updates
+    assert old["replay"] is None
+    half = first["logp"].shape[0]
+    assert torch.equal(first["replay"], old["routing"][:half])
+    assert torch.equal(second["replay"], old["routing"][half:])
+    # θ has not moved before the first update: replaying e^π_old changes nothing
+    assert torch.equal(first["logp"], old["logp"][:half])
+    assert torch.equal(first["routing"], old["routing"][:half])
+    # the second update runs at a moved θ, still routed through e^π_old
+    assert not torch.equal(second["logp"], old["logp"][half:])
+
+
+def test_r3_replays_the_inference_engines_routing(tiny_config, monkeypatch):
+    spy = _Spy(monkeypatch)
+    seen = {}
+    original = step_module.rl_step
+
+    def keep_rollout(examples, policy, engine, *args, **kwargs):
+        generate = engine.generate
+
+        def remember(*a, **k):
+            seen["rollout"] = generate(*a, **k)
+            return seen["rollout"]
+
+        engine.generate = remember
+        try:
+            return original(examples, policy, engine, *args, **kwargs)
+        finally:
+            engine.generate = generate
+
+    monkeypatch.setattr(run_module, "rl_step", keep_rollout)
+    cfg = tiny_config(train={"steps": 1, "routing_replay": "R3", "mini_batches": 2})
+    train(cfg, progress=False)
+    e_mu = seen["rollout"].routing
+    old, first, second = spy.calls[:3]
+    half = e_mu.shape[0] // 2
+    assert torch.equal(old["replay"], e_mu)  # π_old is computed on e^μ_old too
+    assert torch.equal(first["replay"], e_mu[:half])
+    assert torch.equal(second["replay"], e_mu[half:])
+
+
+def test_resume_after_a_crash_loses_and_duplicates_no_step(tiny_config, monkeypatch):
+    cfg = tiny_config(train={"steps": 5}, checkpoint_every=2)
+    original = run_module.rl_step
+    calls = {"n": 0}
+
+    def crash_at_step_4(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise RuntimeError("simulated crash")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(run_module, "rl_step", crash_at_step_4)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        train(cfg, progress=False)
+    steps, before = _series(cfg.resolved_run_dir, "reward/mean")
+    assert steps == [1, 2, 3]  # step 3 was logged after the step-2 checkpoint
+    assert RunReader(cfg.resolved_run_dir).status() == "crashed"
+
+    monkeypatch.setattr(run_module, "rl_step", original)
+    result = train(cfg, resume=True, progress=False)
+    assert result.last_step == 5
+    reader = RunReader(cfg.resolved_run_dir)
+    for name in ("reward/mean", "optim/loss", "mismatch/kl_k1"):
+        steps, _ = _series(cfg.resolved_run_dir, name)
+        assert steps == [1, 2, 3, 4, 5], (name, steps)
+    # step 3 was re-run from the step-2 checkpoint with the same seeds: the same numbers
+    _, after = _series(cfg.resolved_run_dir, "reward/mean")
+    assert after[:3] == before
+    kinds = [e.kind for e in reader.events()]
+    assert "crash" in kinds and "truncate" in kinds and "resume" in kinds
+    assert reader.status() == "finished"
+
+
+def _with_requests(monkeypatch, cfg, at_step: int, requests: list[tuple[str, dict]]):
+    """Request actions from outside (as the dashboard does) right after step `at_step`."""
+    original = run_module.rl_step
+    calls = {"n": 0}
+
+    def step_then_request(*args, **kwargs):
+        out = original(*args, **kwargs)
+        calls["n"] += 1
+        if calls["n"] == at_step:
+            for kind, params in requests:
+                request_action(cfg.resolved_run_dir, kind, params, "test", source="user")
+        return out
+
+    monkeypatch.setattr(run_module, "rl_step", step_then_request)
+
+
+def test_actions_from_outside_are_applied_or_rejected_with_a_reason(tiny_config, monkeypatch):
+    cfg = tiny_config(train={"steps": 3, "mini_batches": 2})
+    _with_requests(monkeypatch, cfg, 1, [
+        ("set_mini_batches", {"n": 1}),
+        ("scale_lr", {"factor": 0.5}),
+        ("set_clip", {"enabled": False}),
+        ("set_routing_replay", {"mode": "R2"}),
+        ("set_is_policy", {"policy": "icepop", "band": [0.5, 5.0]}),
+        ("set_length_norm", {"enabled": True}),
+    ])  # fmt: skip
+    train(cfg, progress=False)
+    reader = RunReader(cfg.resolved_run_dir)
+    actions = {a.kind: a for a in reader.actions()}
+    assert {a.status for a in actions.values()} == {"applied"}, actions
+    assert "mini_batches: 2 -> 1" in actions["set_mini_batches"].detail
+    assert "clip: True -> False" in actions["set_clip"].detail
+    _, lr = _series(cfg.resolved_run_dir, "optim/lr")
+    assert lr[1] == pytest.approx(lr[0] * 0.5)
+    # one mini-batch from step 2 on: on-policy, r_t = 1 exactly
+    _, r_max = _series(cfg.resolved_run_dir, "staleness/ratio_max")
+    assert r_max[0] > 1.0 and r_max[1] == 1.0 and r_max[2] == 1.0
+    controls = reader.meta().controls
+    assert controls["routing_replay"] == "R2" and controls["is_policy"] == "icepop"
+
+
+def test_impossible_actions_are_rejected_not_ignored(tiny_config, monkeypatch):
+    cfg = tiny_config(train={"steps": 2})
+    _with_requests(monkeypatch, cfg, 1, [("set_mini_batches", {"n": 3})])
+    train(cfg, progress=False)
+    (action,) = RunReader(cfg.resolved_run_dir).actions()
+    assert action.status == "rejected"
+    assert "do not divide the 4 prompt groups" in action.detail
+
+
+def test_stop_and_rollback_actions(tiny_config, monkeypatch):
+    cfg = tiny_config(train={"steps": 6}, checkpoint_every=1)
+    _with_requests(monkeypatch, cfg, 3, [("rollback", {"step": 1})])
+    result = train(cfg, progress=False)
+    reader = RunReader(cfg.resolved_run_dir)
+    (rollback,) = reader.events(kind="rollback")
+    assert rollback.detail == {"step": 3, "to_step": 1}
+    steps, _ = _series(cfg.resolved_run_dir, "reward/mean")
+    assert steps == [1, 2, 3, 4, 5, 6]  # the rolled-back branch stays; steps go forward
+    assert result.last_step == 6
+
+    cfg2 = dataclasses.replace(cfg, run_dir=str(cfg.resolved_run_dir) + "-stop")
+    _with_requests(monkeypatch, cfg2, 2, [("stop", {})])
+    result = train(cfg2, progress=False)
+    assert result.stopped == "stop action" and result.last_step == 2
+
+
+def test_non_finite_batch_stops_cleanly_and_keeps_the_record(tiny_config, monkeypatch):
+    cfg = tiny_config(train={"steps": 4})
+    from trainer.engines.torch_engine import TorchInferenceEngine
+
+    original = TorchInferenceEngine.generate
+    calls = {"n": 0}
+
+    def nan_on_third(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        if out.response_mask.shape[0] == 32:  # a training rollout, not an evaluation
+            calls["n"] += 1
+            if calls["n"] == 3:
+                out.logp[out.response_mask > 0] = float("nan")
+        return out
+
+    monkeypatch.setattr(TorchInferenceEngine, "generate", nan_on_third)
+    result = train(cfg, progress=False)
+    assert result.stopped == "non-finite" and result.last_step == 3
+    steps, loss = _series(cfg.resolved_run_dir, "optim/loss")
+    assert steps == [1, 2, 3] and loss[2] != loss[2]  # NaN recorded at step 3
+    reader = RunReader(cfg.resolved_run_dir)
+    assert any(a.severity == "critical" for a in reader.alerts())
+    assert "non-finite" in reader.events(kind="nonfinite")[0].detail["error"]
