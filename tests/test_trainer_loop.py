@@ -46,7 +46,7 @@ def test_every_metric_at_every_step_and_eval(tiny_config):
     names = set(reader.metric_names())
     assert names >= EVERY_STEP, sorted(EVERY_STEP - names)
     for name in EVERY_STEP:
-        steps, values = _series(cfg.resolved_run_dir, name)
+        steps, _ = _series(cfg.resolved_run_dir, name)
         assert steps == [1, 2, 3], (name, steps)
     eval_steps, _ = _series(cfg.resolved_run_dir, "eval/acc")
     assert eval_steps == [0, 2, 3]  # after cold start, every 2 steps, and at the end
