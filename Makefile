@@ -33,9 +33,11 @@ endif
 demo: venv
 	$(BIN)/minirl demo
 
+# One OpenMP thread per process: on a shared 2-core machine two spinning threads made
+# small ops up to 65x slower (measured); the suite runs one process at a time anyway.
 # pytest exits 5 when it collects nothing: a test run that tests nothing is a failure.
 test: venv sysdeps
-	$(BIN)/python -m pytest; rc=$$?; \
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; exit $$rc
 
 lint: venv
