@@ -243,8 +243,10 @@ def render() -> None:
     rec = load_records(run.path, fingerprint(run.summary))
     others = sorted(set(rec.scalar_names) - set(PANEL_METRICS))
     others = [m for m in others if not m.startswith("routing/") or "/layer" not in m]
-    sections = st.pills("Sections", [*SECTIONS, DISTRIBUTIONS], selection_mode="multi",
-                        default=[*SECTIONS, DISTRIBUTIONS])  # fmt: skip
+    choices = [*SECTIONS, DISTRIBUTIONS]
+    # ?sections=Outcome,Routing preselects sections (a lighter page for a slow browser)
+    asked = [x for x in st.query_params.get("sections", "").split(",") if x in choices]
+    sections = st.pills("Sections", choices, selection_mode="multi", default=asked or choices)
     with st.expander("More metrics and display options"):
         extra = st.multiselect("Other metrics to draw", others)
         max_points = st.select_slider("Points per line", [500, 1000, MAX_POINTS, 3000, 6000],

@@ -219,6 +219,16 @@ def test_live_page_thins_long_runs_for_display_only(runs: Path):
     assert y.max() == 1.0 and 1234 in x  # the spike survives thinning
 
 
+def test_sections_can_be_preselected_in_the_url(runs: Path):
+    write_run(runs, "r", 10)
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT).run()
+    at.query_params.update(run="r", sections="Routing,nonsense")
+    at.switch_page("views/live.py").run()
+    no_traceback(at)
+    titles = {f["layout"]["title"]["text"] for f in figures(at)}
+    assert titles and all("outing" in t for t in titles), titles
+
+
 def test_run_without_steps_says_it_is_waiting(runs: Path):
     mon = Monitor(runs / "fresh")
     try:
