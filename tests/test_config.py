@@ -149,12 +149,12 @@ def _error(tmp_path, text: str = "", overrides=()) -> str:
             "task: {kind: add_trace}\n",
             (),
             "'sampling.max_new_tokens': 16 is invalid; allowed: "
-            ">= 32, the longest add_trace target at digits=3 plus EOS",
+            ">= 22, the longest add_trace target at digits=2 plus EOS",
         ),
         (
-            "eval: {max_new_tokens: 4}\n",
+            "eval: {max_new_tokens: 3}\n",
             (),
-            "'eval.max_new_tokens': 4 is invalid; allowed: null or >= 5",
+            "'eval.max_new_tokens': 3 is invalid; allowed: null or >= 4",
         ),
         # the file itself
         ("- a\n- b\n", (), "expected a mapping of sections, got list"),
