@@ -148,7 +148,7 @@ def from_data(cls: type[T], data: Any, path: str = "") -> T:
         raise UserError(
             f"{_where(sub)}: {err.value!r} is invalid; allowed: {err.allowed}"
         ) from None
-    except (ValueError, TypeError) as err:
+    except ValueError as err:  # a section's own rule, in its own words
         raise UserError(f"{_where(path)}: {err}") from None
 
 
