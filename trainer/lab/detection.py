@@ -1,0 +1,384 @@
+"""`minirl bench detection`: do our detectors see collapse coming, and does rlwatch?
+
+    minirl bench detection                       # score the lab's runs, write the report
+    minirl bench detection --stress              # first make the runs built to collapse
+
+The labelled set: every run of the given lab directories whose outcome is known. A run
+collapsed when summary.py finds a collapse onset (monitor.analyze's definition, from
+train and held-out accuracy only) or it diverged to non-finite values; a finished run
+without one is stable; an unfinished run without one is left out. Both monitors are fed
+the same stored metric streams, step by step, through their public APIs: our
+`monitor.detectors.build_detectors` (exactly what `Monitor.log` runs live) and rlwatch's
+`RLWatch.log_step` (the documented manual integration), with our names mapped to its.
+
+Scores, per monitor configuration: on collapsing runs the lead time (onset − first alert
+step; ≥ 0 is in time), late alerts (after the onset) and misses (no alert); on stable runs
+the false alarms (any alert). Tuning picks, for each monitor alike, the subset of its
+detectors (each at warning or at critical) that maximises in-time detections minus false
+alarms on the tuning runs (seed 0); the scores are reported on the other runs (seeds ≥ 1).
+
+What it does not do: change the detectors or their thresholds (it selects among them),
+or define collapse (summary.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import re
+import statistics
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from monitor.config import MonitorConfig
+from monitor.detectors import build_detectors
+from monitor.errors import UserError
+from monitor.reader import RunReader
+from monitor.records import AlertDraft, severity_rank
+from trainer.lab.runner import RunSpec, load_manifest, run_all
+from trainer.lab.summary import RunSummary, fmt, summarize_run
+
+REPO = Path(__file__).resolve().parents[2]
+OUTCOME_DETECTORS = ("reward_collapse", "eval_collapse")
+"""Ours that watch the outcome itself (a fall from the peak), not a precursor."""
+# our metric -> rlwatch.log_step keyword (rlwatch's TRL map accepts approx_kl as its KL)
+RLWATCH_NAMES = {
+    "policy/entropy": "entropy",
+    "staleness/kl_k3": "kl_divergence",
+    "reward/mean": "reward_mean",
+    "reward/std": "reward_std",
+    "optim/loss": "loss",
+    "optim/lr": "learning_rate",
+    "staleness/mask_frac": "clip_fraction",
+    "optim/grad_norm": "grad_norm",
+}
+FirstAlerts = dict[str, int]
+"""item -> first step it alerts; an item is `detector` (warning or worse) or
+`detector!` (critical only)."""
+
+
+@dataclass
+class Labelled:
+    key: str
+    seed: int
+    summary: RunSummary
+    ours: FirstAlerts = field(default_factory=dict)
+    rlwatch: FirstAlerts = field(default_factory=dict)
+
+    @property
+    def onset(self) -> int | None:
+        return self.summary.collapse_step
+
+
+# ---------------------------------------------------------------------------- streams
+
+
+def step_stream(run_dir: str | Path) -> list[tuple[int, dict[str, float]]]:
+    """Every logged step of a run with the scalars logged at it, in order (NaN kept)."""
+    with RunReader(run_dir) as reader, reader.snapshot():
+        series = reader.scalars(reader.metric_names())
+    steps: dict[int, dict[str, float]] = {}
+    for name, (s, v) in series.items():
+        for step, value in zip(s.tolist(), v.tolist(), strict=True):
+            steps.setdefault(step, {})[name] = value
+    return sorted(steps.items())
+
+
+def _record(first: FirstAlerts, detector: str, severity: str, step: int) -> None:
+    first.setdefault(detector, step)
+    if severity == "critical":
+        first.setdefault(detector + "!", step)
+
+
+def ours_first_alerts(
+    stream: Iterable[tuple[int, dict[str, float]]], config: MonitorConfig | None = None
+) -> FirstAlerts:
+    """First warning/critical step of each of our detectors on a replayed stream."""
+    detectors = build_detectors((config or MonitorConfig()).detectors)
+    first: FirstAlerts = {}
+    for step, values in stream:
+        for det in detectors:
+            for change in det.update(step, values):
+                if isinstance(change, AlertDraft) and severity_rank(change.severity) >= 1:
+                    _record(first, change.detector, change.severity, step)
+    return first
+
+
+def rlwatch_first_alerts(stream: Iterable[tuple[int, dict[str, float]]]) -> FirstAlerts:
+    """First alert step of each rlwatch detector, fed through `RLWatch.log_step`.
+
+    rlwatch's defaults, except that its per-run alert budget is lifted (it caps delivered
+    alerts at 50, which would hide later first alerts of other detectors) and its SQLite
+    log goes to a temporary directory. Its console panels are swallowed.
+    """
+    from rlwatch import RLWatch, RLWatchConfig
+
+    first: FirstAlerts = {}
+    with tempfile.TemporaryDirectory(prefix="rlwatch-") as tmp:
+        cfg = RLWatchConfig(run_id="lab", framework="manual")
+        cfg.storage.log_dir = tmp
+        cfg.alerts.max_alerts_per_run = 10**9
+        mon = RLWatch(cfg)
+        mon.start()
+        sink = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(sink):
+                for step, values in stream:
+                    kwargs = {
+                        theirs: values[ours]
+                        for ours, theirs in RLWATCH_NAMES.items()
+                        if ours in values
+                    }
+                    if step == 0 or not kwargs:  # step 0 holds the cold-start eval only
+                        continue
+                    for alert in mon.log_step(step, **kwargs):
+                        _record(first, alert.detector, alert.severity, step)
+        finally:
+            mon.stop()
+    return first
+
+
+# ---------------------------------------------------------------------------- scoring
+
+
+@dataclass
+class Score:
+    collapsing: int
+    stable: int
+    in_time: list[int]
+    """Lead times (onset − first alert ≥ 0) of the collapses alerted in time."""
+    late: int
+    missed: int
+    false_alarms: int
+
+    def line(self, name: str) -> str:
+        lead = (
+            "-"
+            if not self.in_time
+            else f"{statistics.median(self.in_time):.0f} ({min(self.in_time)}-{max(self.in_time)})"
+        )
+        return (
+            f"| {name} | {len(self.in_time)}/{self.collapsing} | {lead} | {self.late} | "
+            f"{self.missed} | {self.false_alarms}/{self.stable} |"
+        )
+
+
+def first_of(first: FirstAlerts, items: Iterable[str] | None) -> int | None:
+    steps = [s for k, s in first.items() if items is None or k in items]
+    return min(steps) if steps else None
+
+
+def score(runs: Sequence[Labelled], which: str, items: Iterable[str] | None = None) -> Score:
+    """Score one monitor ('ours' or 'rlwatch') restricted to `items` (None: all, warning+)."""
+    items = None if items is None else set(items)
+    sc = Score(0, 0, [], 0, 0, 0)
+    for run in runs:
+        alert = first_of(getattr(run, which), items)
+        if run.onset is None:
+            sc.stable += 1
+            sc.false_alarms += alert is not None
+            continue
+        sc.collapsing += 1
+        if alert is None:
+            sc.missed += 1
+        elif alert <= run.onset:
+            sc.in_time.append(run.onset - alert)
+        else:
+            sc.late += 1
+    return sc
+
+
+def tune(runs: Sequence[Labelled], which: str) -> list[str]:
+    """Greedy forward selection of detector items: maximise in-time − false alarms."""
+    candidates = sorted({k for r in runs for k in getattr(r, which)})
+    chosen: list[str] = []
+
+    def value(items: list[str]) -> tuple[int, int]:
+        s = score(runs, which, items)
+        return len(s.in_time) - s.false_alarms, -len(items)
+
+    best = value(chosen)
+    while True:
+        trials = [(value([*chosen, c]), c) for c in candidates if c not in chosen]
+        if not trials:
+            break
+        top, c = max(trials)
+        if top <= best:
+            break
+        chosen.append(c)
+        best = top
+    return chosen
+
+
+# ---------------------------------------------------------------------------- the set
+
+
+def labelled_runs(lab_dirs: Sequence[Path], say: Callable[[str], None] = print) -> list[Labelled]:
+    """Every run of the labs with a known outcome, fed to both monitors."""
+    out = []
+    for lab_dir in lab_dirs:
+        manifest = load_manifest(lab_dir)
+        for key, spec in manifest.specs.items():
+            summary = summarize_run(spec.run_dir)
+            if summary is None or (summary.collapse_step is None and not summary.finished):
+                continue
+            m = re.search(r"seed(\d+)$", key)
+            stream = step_stream(spec.run_dir)
+            run = Labelled(f"{Path(lab_dir).name}/{key}", int(m.group(1)) if m else 0, summary)
+            run.ours = ours_first_alerts(stream)
+            run.rlwatch = rlwatch_first_alerts(stream)
+            say(
+                f"  {run.key}: onset {run.onset}, ours {first_of(run.ours, None)}, "
+                f"rlwatch {first_of(run.rlwatch, None)}"
+            )
+            out.append(run)
+    return out
+
+
+def _cell(first: FirstAlerts, items: Iterable[str] | None) -> str:
+    items = None if items is None else set(items)
+    hits = [(s, k) for k, s in first.items() if items is None or k in items]
+    if not hits:
+        return "none"
+    step, name = min(hits)
+    return f"{step} ({name})"
+
+
+def write_detection_report(runs: Sequence[Labelled], out: Path, command: str) -> None:
+    tune_set = [r for r in runs if r.seed == 0]
+    report_set = [r for r in runs if r.seed != 0]
+    ours_all = sorted({k for r in runs for k in r.ours if not k.endswith("!")})
+    precursors = [k for k in ours_all if k not in OUTCOME_DETECTORS]
+    ours_tuned = tune(tune_set, "ours")
+    rl_tuned = tune(tune_set, "rlwatch")
+    configs = [
+        ("ours, every detector (defaults)", "ours", None),
+        ("ours, precursors only (no reward/eval drop detectors)", "ours", precursors),
+        (f"ours, tuned subset: {', '.join(ours_tuned) or 'none'}", "ours", ours_tuned),
+        ("rlwatch 0.5.1, every detector (defaults)", "rlwatch", None),
+        (f"rlwatch, tuned subset: {', '.join(rl_tuned) or 'none'}", "rlwatch", rl_tuned),
+    ]
+    head = [
+        "| monitor | collapses alerted in time | lead, steps: median (range) | late | "
+        "missed | false alarms on stable runs |",
+        "|---|---|---|---|---|---|",
+    ]
+    n_c = sum(r.onset is not None for r in runs)
+    lines = [
+        "# Detection benchmark: lead time, misses and false alarms, ours vs rlwatch",
+        "",
+        f"Command: `{command}`. Labelled runs: {len(runs)} ({n_c} collapsing, "
+        f"{len(runs) - n_c} stable); tuning set = seed 0 ({len(tune_set)} runs), report set = "
+        f"seeds ≥ 1 ({len(report_set)} runs).",
+        "",
+        "Labels come from the runs' accuracy only (monitor.analyze's collapse onset on "
+        "`reward/acc` and `eval/acc`, or non-finite divergence), never from a detector. Both "
+        "monitors read the same stored streams step by step: ours through "
+        "`build_detectors` (what `Monitor.log` runs live), rlwatch through "
+        "`RLWatch.log_step` with "
+        + ", ".join(f"`{a}`→`{b}`" for a, b in RLWATCH_NAMES.items())
+        + ". Not fed to rlwatch: per-sample rewards (not stored: its dip test idles) and "
+        "advantage std (not logged by our trainer). A lead ≥ 0 means the first alert came at "
+        "or before the onset; an alert on a stable run is a false alarm.",
+        "",
+        "## Report set (seeds ≥ 1)",
+        "",
+        *head,
+        *[score(report_set, which, items).line(name) for name, which, items in configs],
+        "",
+        "## Tuning set (seed 0: where the subsets were chosen, so optimistic)",
+        "",
+        *head,
+        *[score(tune_set, which, items).line(name) for name, which, items in configs],
+        "",
+        "## Per run",
+        "",
+        "| run | set | onset | our first alert | our first precursor alert | rlwatch first alert |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in runs:
+        lines.append(
+            f"| {r.key} | {'tune' if r.seed == 0 else 'report'} | "
+            f"{r.onset if r.onset is not None else 'stable'} | {_cell(r.ours, None)} | "
+            f"{_cell(r.ours, precursors)} | {_cell(r.rlwatch, None)} |"
+        )
+    lines += [
+        "",
+        "## Which detectors fire, and how early (all runs)",
+        "",
+        "| monitor | detector | runs alerted: collapsing | stable | median first step |",
+        "|---|---|---|---|---|",
+    ]
+    for which in ("ours", "rlwatch"):
+        items = sorted({k for r in runs for k in getattr(r, which)})
+        for item in items:
+            hit_c = [r for r in runs if item in getattr(r, which) and r.onset is not None]
+            hit_s = [r for r in runs if item in getattr(r, which) and r.onset is None]
+            steps = [getattr(r, which)[item] for r in runs if item in getattr(r, which)]
+            lines.append(
+                f"| {which} | {item} | {len(hit_c)}/{n_c} | {len(hit_s)}/"
+                f"{len(runs) - n_c} | {fmt(float(np.median(steps)), 0)} |"
+            )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines) + "\n")
+
+
+# ---------------------------------------------------------------------------- stress runs
+
+STRESS_SETTINGS = ("stress_lr3e-3", "stress_offpolicy8x_noclip_lr2e-3", "stress_no_is_lr2e-3")
+
+
+def stress_specs(lab_dir: Path, seeds: int, steps: int | None, extra: list[str]) -> list[RunSpec]:
+    from trainer.lab.stability import CONFIG_DIR, lab_specs
+
+    return lab_specs(lab_dir, list(STRESS_SETTINGS), seeds, steps, extra, CONFIG_DIR)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="minirl bench detection", description=__doc__.splitlines()[0])
+    p.add_argument(
+        "--labs",
+        default="runs/lab,runs/lab-stress",
+        help="comma-separated lab directories to score (default runs/lab,runs/lab-stress)",
+    )
+    p.add_argument(
+        "--stress",
+        action="store_true",
+        help=f"first run the collapse-prone settings ({', '.join(STRESS_SETTINGS)})",
+    )
+    p.add_argument("--stress-dir", default="runs/lab-stress")
+    p.add_argument("--seeds", type=int, default=3, help="seeds per stress setting")
+    p.add_argument("--steps", type=int, help="RL steps per stress run (default: the recipe's)")
+    p.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--out", default=str(REPO / "bench" / "results" / "detection.md"))
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    if args.stress:
+        run_all(
+            Path(args.stress_dir),
+            stress_specs(Path(args.stress_dir), args.seeds, args.steps, args.extra),
+        )
+    labs = [Path(p) for p in args.labs.split(",") if p]
+    missing = [str(p) for p in labs if not (p / "manifest.json").is_file()]
+    labs = [p for p in labs if (p / "manifest.json").is_file()]
+    if not labs:
+        raise UserError(
+            f"no lab manifest in {', '.join(missing)}; run `minirl bench stability` "
+            "(and --stress here) first"
+        )
+    for m in missing:
+        print(f"skipping {m}: no manifest")
+    runs = labelled_runs(labs)
+    if not runs:
+        raise UserError("no run with a known outcome yet (finished, or collapsed)")
+    write_detection_report(runs, Path(args.out), "minirl bench detection " + " ".join(argv))
+    print(f"report: {args.out}")
+    return 0
