@@ -79,6 +79,8 @@ def train(
         raise UserError(f"{run_dir} already holds a run; pass --resume or choose another run dir")
     run_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
+    if cfg.threads is not None:
+        torch.set_num_threads(cfg.threads)
 
     # ---- cold start (cached), task, engines ----------------------------------------------
     start = cold_start(cfg.model, cfg.task, cfg.cold_start, eval_cfg=cfg.eval, progress=progress)
