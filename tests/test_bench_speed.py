@@ -1,0 +1,90 @@
+"""`minirl bench speed`: the quick mode end to end on the tiny model (TRL and vLLM rows
+left out: they have their own environment and tests), the paired-bootstrap statistic
+against hand-derived values, and the fail-fast checks before any long work."""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+
+import pytest
+
+from monitor.errors import UserError
+from trainer.config import dump_config
+from trainer.lab import speed
+from trainer.lab.speed import median_ratio_ci
+
+
+def test_median_ratio_is_the_ratio_of_medians_minus_one():
+    # medians 3 and 2 -> +50 %; with every pair resampled the interval contains it
+    on, off = [1.0, 3.0, 4.0, 3.0, 9.0], [2.0, 2.0, 1.0, 5.0, 2.0]
+    est, lo, hi = median_ratio_ci(on, off, reps=500)
+    assert est == pytest.approx(0.5, abs=1e-12)
+    assert lo <= est <= hi
+
+
+def test_constant_ratio_has_a_zero_width_interval():
+    # every pair costs exactly 2 % more: every bootstrap sample says 2 %
+    off = [0.5, 0.9, 1.3, 0.7, 2.0, 1.1]
+    on = [1.02 * x for x in off]
+    est, lo, hi = median_ratio_ci(on, off, reps=300)
+    assert (est, lo, hi) == pytest.approx((0.02, 0.02, 0.02), abs=1e-12)
+
+
+def test_bootstrap_interval_covers_a_known_overhead():
+    # 40 noisy pairs whose true ratio is 1.10: the interval must contain +10 % and
+    # exclude 0 (an off-by-one in the pairing would blur it into noise)
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    load = rng.uniform(0.5, 2.0, 40)  # shared by both arms of a pair
+    off = (load * rng.normal(1.0, 0.02, 40)).tolist()
+    on = (1.10 * load * rng.normal(1.0, 0.02, 40)).tolist()
+    est, lo, hi = median_ratio_ci(on, off)
+    assert lo < 0.10 < hi and lo > 0.0 and lo <= est <= hi
+
+
+def test_unpaired_samples_are_refused():
+    with pytest.raises(ValueError, match="paired"):
+        median_ratio_ci([1.0, 2.0], [1.0])
+
+
+def test_missing_trl_environment_fails_before_any_work(tmp_path):
+    t0 = time.perf_counter()
+    with pytest.raises(UserError, match="--setup-trl"):
+        speed.main(["--quick", "--trl-python", str(tmp_path / "nope" / "python")])
+    assert time.perf_counter() - t0 < 5  # no cold start, no engines
+
+
+def test_bad_repetition_counts_are_user_errors():
+    with pytest.raises(UserError, match="must be >= 1"):
+        speed.main(["--quick", "--skip", "trl", "--pairs", "0"])
+    with pytest.raises(UserError, match="multiple of 1000"):
+        speed.main(["--quick", "--skip", "trl", "--load-steps", "1500"])
+
+
+def test_quick_mode_writes_every_part(tiny_config, tmp_path):
+    cfg = tiny_config()
+    path = tmp_path / "tiny.yaml"
+    path.write_text(dump_config(cfg))
+    out = tmp_path / "speed.md"
+    argv = [str(path), "--quick", "--skip", "trl", "--skip", "vllm", "--pairs", "3",
+            "--load-steps", "1000", "--threads", "1", "--out", str(out)]  # fmt: skip
+    assert speed.main(argv) == 0
+    text = out.read_text()
+    assert f"Command: `minirl bench speed {path}" in text
+    assert "load average" in text and "at start" in text and "at end" in text
+    for title in ("1. Diagnostics overhead", "3. Rollout throughput", "4. Run store"):
+        assert title in text
+    assert "2. Trainer step vs TRL" not in text  # skipped
+    # the diagnostics arms: off must really record fewer scalars than on
+    rows = dict(re.findall(r"^\| (on|off) \|.*\| (\d+) \|$", text, flags=re.M))
+    assert set(rows) == {"on", "off"} and int(rows["off"]) < int(rows["on"])
+    overhead = re.search(r"\*\*wall ([+-][\d.]+) % \[([+-][\d.]+), ([+-][\d.]+)\]\*\*", text)
+    assert overhead, text
+    est, lo, hi = map(float, overhead.groups())
+    assert lo <= est <= hi and all(math.isfinite(x) for x in (est, lo, hi))
+    # PyTorch engine rows only (vLLM skipped), and the long store was really read back
+    assert "| PyTorch fp32 |" in text and "| vLLM" not in text
+    assert "1,000-step × 80-metric store" in text

@@ -1,0 +1,459 @@
+"""`minirl bench speed`: what the toolkit costs, measured side by side in one run.
+
+    minirl bench speed [CONFIG] [--set key=value ...] [--quick] [--skip PART ...]
+    minirl bench speed --setup-trl        # once: TRL in its own venv, bench/.venv-trl
+
+On the run config's tiny model after its (cached) cold start (default: configs/demo.yaml),
+one process measures, in this order, with the load average noted at start and end:
+
+1. diagnostics overhead: `rl_step` + `Monitor.log` with `train.diagnostics` on and off,
+   alternated on the same warmed-up engines, same prompts and seeds per pair, the policy
+   restored to the same θ before every call (so both arms do the same work but for the
+   diagnostics). Reported: medians, the overhead of the medians with a paired bootstrap
+   95 % interval, wall and CPU time;
+2. trainer step vs TRL's GRPOTrainer (`trainer/lab/trl_step.py`, in bench/.venv-trl): the
+   same checkpoint, prompts, group size, max new tokens and updates per rollout, rounds
+   of TRL then ours back to back, each round from the cold-start weights;
+3. rollout throughput, vLLM vs PyTorch engine (`bench/vllm_bench.py`'s `measure`);
+4. run-store write throughput and long-run load time (`bench/store_bench.py`).
+
+Writes Markdown (--out) with the exact command and machine facts. It deliberately owns
+no measurement code of parts 3-4 (it imports the bench scripts) and does not tune anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import importlib.util
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from monitor.errors import UserError
+
+REPO = Path(__file__).resolve().parents[2]
+TRL_VENV = REPO / "bench" / ".venv-trl"
+TRL_PINS = ("trl==1.16.0", "transformers==5.19.0")  # the transformers our checkpoints load in
+TORCH_PIN = "torch==2.13.0"  # in every pip command: never let TRL's deps pull a CUDA torch
+PARTS = ("diagnostics", "trl", "vllm", "store")
+TARGET_OVERHEAD = 0.03  # issue 7: diagnostics under 3 % of the step time
+
+
+@dataclasses.dataclass(frozen=True)
+class Effort:
+    """How many repetitions each part makes (full mode vs --quick)."""
+
+    pairs: int = 30
+    warmup: int = 2
+    trl_rounds: int = 3
+    trl_steps: int = 5
+    engine_repeats: int = 5
+    write_steps: int = 2000
+    load_steps: int = 100_000
+
+
+QUICK = Effort(pairs=4, warmup=1, trl_rounds=1, trl_steps=2, engine_repeats=2,
+               write_steps=200, load_steps=5000)  # fmt: skip
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def median_ratio_ci(
+    num: list[float], den: list[float], reps: int = 2000, seed: int = 0
+) -> tuple[float, float, float]:
+    """median(num)/median(den) − 1 and its paired-bootstrap 95 % interval (pairs resampled
+    together, so the load that both arms of a pair shared cancels out)."""
+    import numpy as np
+
+    a, b = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
+    if a.shape != b.shape or a.size == 0:
+        raise ValueError(f"need paired samples, got {a.size} and {b.size}")
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, a.size, size=(reps, a.size))
+    boot = np.median(a[idx], axis=1) / np.median(b[idx], axis=1) - 1.0
+    lo, hi = np.quantile(boot, [0.025, 0.975])
+    return float(np.median(a) / np.median(b) - 1.0), float(lo), float(hi)
+
+
+def _med(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+# --------------------------------------------------------------------------- set-up
+
+
+@dataclasses.dataclass
+class Setup:
+    """The warmed-up pieces every part shares."""
+
+    cfg: Any
+    ckpt: Path
+    task: Any
+    policy: Any
+    engine: Any
+    controls: Any
+    snapshot: dict
+
+
+def _setup(cfg: Any, threads: int) -> Setup:
+    import torch
+
+    from trainer.coldstart import cold_start
+    from trainer.controls import Controls
+    from trainer.engines.factory import make_inference_engine
+    from trainer.engines.training import TrainingEngine
+    from trainer.tasks import make_task
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(cfg.seed)
+    start = cold_start(cfg.model, cfg.task, cfg.cold_start, eval_cfg=cfg.eval, progress=True)
+    policy = TrainingEngine(start.path, cfg.engine, cfg.optim)
+    engine = make_inference_engine(start.path, cfg.engine)
+    controls = Controls(cfg.loss, cfg.train.mini_batches, cfg.train.routing_replay)
+    snapshot = copy.deepcopy(policy.state_dict())
+    return Setup(cfg, Path(start.path), make_task(cfg.task), policy, engine, controls, snapshot)
+
+
+def _examples(s: Setup, i: int) -> list:
+    return s.task.sample_train(s.cfg.train.prompts_per_step, seed=f"speed:{i}")
+
+
+def _timed_step(s: Setup, i: int, diagnostics: bool, mon: Any, step: int) -> dict[str, float]:
+    """One `rl_step` on example set i (seed i) from the snapshot weights, logged to `mon`."""
+    from trainer.step import rl_step
+
+    tc = s.cfg.train
+    s.policy.load_state_dict(s.snapshot)
+    examples = _examples(s, i)
+    c0, t0 = time.process_time(), time.perf_counter()
+    result = rl_step(
+        examples, s.policy, s.engine, s.task, s.controls, s.cfg.sampling, seed=i,
+        advantage_baseline=tc.advantage_baseline, advantage_std_norm=tc.advantage_std_norm,
+        diagnostics=diagnostics,
+    )  # fmt: skip
+    t1 = time.perf_counter()
+    mon.log(step, result.scalars, result.distributions)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    sc = result.scalars
+    return {
+        "wall": wall, "cpu": cpu, "log": time.perf_counter() - t1,
+        "rollout": sc["perf/rollout_s"], "train": sc["perf/train_s"], "diag": sc["perf/diag_s"],
+        "len": sc["response/len_mean"], "scalars": float(len(sc)),
+    }  # fmt: skip
+
+
+# --------------------------------------------------------------------------- 1. diagnostics
+
+
+def diagnostics_overhead(s: Setup, effort: Effort, root: Path) -> dict[str, Any]:
+    """Alternate diagnostics on/off (order flipped every pair) on the same prompts/seed."""
+    from monitor import Monitor
+
+    mons = {d: Monitor(root / f"diag_{'on' if d else 'off'}") for d in (True, False)}
+    rows: dict[bool, list[dict[str, float]]] = {True: [], False: []}
+    try:
+        for i in range(effort.warmup + effort.pairs):
+            order = (True, False) if i % 2 == 0 else (False, True)
+            pair = {d: _timed_step(s, 1000 + i, d, mons[d], i + 1) for d in order}
+            if i >= effort.warmup:
+                for d in (True, False):
+                    rows[d].append(pair[d])
+            _say(f"diagnostics pair {i + 1}/{effort.warmup + effort.pairs}: on "
+                 f"{pair[True]['wall']:.3f} s, off {pair[False]['wall']:.3f} s")  # fmt: skip
+    finally:
+        for m in mons.values():
+            m.close()
+    on, off = rows[True], rows[False]
+    out: dict[str, Any] = {"rows": rows}
+    for key in ("wall", "cpu"):
+        out[key] = median_ratio_ci([r[key] for r in on], [r[key] for r in off])
+    # section 6 alone, as a share of the diagnostics-on step (wall)
+    out["section6_share"] = _med([r["diag"] / r["wall"] for r in on])
+    return out
+
+
+# --------------------------------------------------------------------------- 2. vs TRL
+
+
+def _trl_python(path: str | None) -> Path:
+    py = Path(path) if path else TRL_VENV / "bin" / "python"
+    if not py.is_file():
+        raise UserError(
+            f"TRL's Python {py} is missing; create it once with `minirl bench speed "
+            "--setup-trl`, or pass --trl-python, or --skip trl"
+        )
+    return py
+
+
+def setup_trl_venv() -> int:
+    """Create bench/.venv-trl with TRL and the pinned CPU torch (TRL pins its own deps)."""
+    py = TRL_VENV / "bin" / "python"
+    if not py.is_file():
+        subprocess.run([sys.executable, "-m", "venv", str(TRL_VENV)], check=True)
+    pip = [str(py), "-m", "pip", "install", "-q"]
+    subprocess.run([*pip, TORCH_PIN], check=True)  # first, so nothing pulls a CUDA build
+    subprocess.run([*pip, TORCH_PIN, *TRL_PINS], check=True)
+    subprocess.run([str(py), "-c", "import torch, trl; assert '+cpu' in torch.__version__"],
+                   check=True)  # fmt: skip
+    print(f"TRL environment ready: {TRL_VENV}")
+    return 0
+
+
+def _trl_round(s: Setup, py: Path, steps: int, threads: int, root: Path) -> dict[str, Any]:
+    """TRL's trainer for `steps` rollouts on the example sets 0..steps-1, in a subprocess."""
+    from trainer.config import config_to_dict
+
+    cfg, sp = s.cfg, s.cfg.sampling
+    examples = [ex for i in range(steps) for ex in _examples(s, i)]
+    spec = {
+        "checkpoint": str(s.ckpt), "task": config_to_dict(cfg)["task"],
+        "prompts": [ex.prompt for ex in examples], "answers": [ex.answer for ex in examples],
+        "prompts_per_step": cfg.train.prompts_per_step, "n": sp.n, "steps": steps,
+        "mini_batches": cfg.train.mini_batches, "max_new_tokens": sp.max_new_tokens,
+        "temperature": sp.temperature, "top_p": sp.top_p, "top_k": sp.top_k,
+        "eps_low": cfg.loss.eps_low, "eps_high": cfg.loss.eps_high,
+        "optim": dataclasses.asdict(cfg.optim), "threads": threads, "seed": cfg.seed,
+    }  # fmt: skip
+    spec_path, out_path, log_path = root / "trl_spec.json", root / "trl_out.json", root / "trl.log"
+    spec_path.write_text(json.dumps(spec))
+    script = Path(__file__).with_name("trl_step.py")
+    with log_path.open("w") as log:
+        done = subprocess.run([str(py), str(script), str(spec_path), str(out_path)],
+                              stdout=log, stderr=subprocess.STDOUT, check=False)  # fmt: skip
+    if done.returncode != 0:
+        tail = "".join(log_path.read_text().splitlines(keepends=True)[-15:])
+        raise RuntimeError(f"TRL subprocess failed (exit {done.returncode}):\n{tail}")
+    out = json.loads(out_path.read_text())
+    n = cfg.train.mini_batches  # TRL counts one optimiser update as a step
+    for key in ("step_wall_s", "step_cpu_s"):
+        per = out[key]
+        out[key] = [sum(per[k * n : (k + 1) * n]) for k in range(len(per) // n)]
+    return out
+
+
+def _ours_round(s: Setup, engine: Any, steps: int, mon: Any, first: int) -> list[dict]:
+    """Our loop's per-step work (rl_step, verified weight sync, Monitor.log) for `steps`
+    rollouts from the cold-start weights, on TRL's example sets 0..steps-1."""
+    from trainer.step import rl_step
+
+    tc = s.cfg.train
+    s.policy.load_state_dict(s.snapshot)
+    engine.update_weights(s.policy.model)
+    rows = []
+    for i in range(steps):
+        c0, t0 = time.process_time(), time.perf_counter()
+        result = rl_step(
+            _examples(s, i), s.policy, engine, s.task, s.controls, s.cfg.sampling, seed=i,
+            advantage_baseline=tc.advantage_baseline, advantage_std_norm=tc.advantage_std_norm,
+            diagnostics=tc.diagnostics,
+        )  # fmt: skip
+        t1 = time.perf_counter()
+        engine.update_weights(s.policy.model)
+        t2 = time.perf_counter()
+        result.scalars["perf/sync_s"] = t2 - t1
+        mon.log(first + i, result.scalars, result.distributions)
+        sc = result.scalars
+        rows.append({
+            "wall": time.perf_counter() - t0, "cpu": time.process_time() - c0,
+            "step": t1 - t0, "sync": t2 - t1, "len": sc["response/len_mean"],
+            "reward": sc["reward/mean"],
+        })  # fmt: skip
+    return rows
+
+
+def trl_comparison(s: Setup, effort: Effort, args: argparse.Namespace, root: Path) -> dict:
+    """Rounds of [TRL, ours with the configured engine, ours with the PyTorch fp32 engine]."""
+    from monitor import Monitor
+    from trainer.engines.factory import make_inference_engine
+
+    py = _trl_python(args.trl_python)
+    steps = effort.warmup + effort.trl_steps
+    engines = {_engine_label(s.cfg.engine): s.engine}
+    torch_fp32 = dataclasses.replace(s.cfg.engine, inference="torch", inference_dtype="fp32",
+                                     weight_quant="none", activation_quant="none")  # fmt: skip
+    if _engine_label(torch_fp32) not in engines:
+        engines[_engine_label(torch_fp32)] = make_inference_engine(s.ckpt, torch_fp32)
+    trl_rows: list[dict] = []
+    ours: dict[str, list[dict]] = {k: [] for k in engines}
+    info: dict[str, Any] = {}
+    mon = Monitor(root / "vs_trl")
+    try:
+        for r in range(effort.trl_rounds):
+            out = _trl_round(s, py, steps, args.threads, root)
+            info = {"versions": out["versions"], "setup_s": out["setup_s"]}
+            lens, rewards = out["completion_len"], out["reward"]
+            for k in range(effort.warmup, steps):
+                trl_rows.append({"wall": out["step_wall_s"][k], "cpu": out["step_cpu_s"][k],
+                                 "len": lens[k], "reward": rewards[k]})  # fmt: skip
+            for label, engine in engines.items():
+                rows = _ours_round(s, engine, steps, mon, first=len(ours[label]) * 1000 + r * 100)
+                ours[label] += rows[effort.warmup :]
+            _say(
+                f"TRL round {r + 1}/{effort.trl_rounds}: TRL "
+                f"{_med([x['wall'] for x in trl_rows]):.2f} s/rollout, ours "
+                + ", ".join(f"{k} {_med([x['wall'] for x in v]):.2f} s" for k, v in ours.items())
+            )
+    finally:
+        mon.close()
+        for engine in engines.values():
+            if engine is not s.engine:
+                engine.close()
+    return {"trl": trl_rows, "ours": ours, **info}
+
+
+def _engine_label(e: Any) -> str:
+    name = {"torch": "PyTorch", "vllm": "vLLM"}[e.inference]
+    quant = "" if e.weight_quant == "none" else f" + {e.weight_quant} weights"
+    return f"{name} {e.inference_dtype}{quant}"
+
+
+# --------------------------------------------------------------------------- 3-4. bench scripts
+
+
+def _bench_module(name: str) -> ModuleType:
+    """bench/<name>.py, imported (its functions are the measurement; not duplicated here)."""
+    path = REPO / "bench" / f"{name}.py"
+    if not path.is_file():
+        raise UserError(f"{path} is missing: `minirl bench speed` runs from a source checkout")
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def engine_throughput(s: Setup, effort: Effort, args: argparse.Namespace) -> list[dict]:
+    from trainer.evaluate import encode_prompts
+
+    vb = _bench_module("vllm_bench")
+    prompts = encode_prompts(s.policy.tokenizer, [ex.prompt for ex in _examples(s, 0)])
+    ns = argparse.Namespace(threads=args.threads, vllm_threads=args.vllm_threads,
+                            repeats=effort.engine_repeats)  # fmt: skip
+    wanted = ["PyTorch fp32", "PyTorch bf16"]
+    if "vllm" not in args.skip:
+        wanted += ["vLLM fp32", "vLLM bf16"]
+    s.policy.load_state_dict(s.snapshot)
+    rows = []
+    for variant in vb.VARIANTS:
+        if variant[0] in wanted:
+            rows.append(vb.measure(*variant, s.ckpt, prompts, s.cfg.sampling, s.policy, ns))
+            _say(f"engine {variant[0]}: {rows[-1]['tok_per_s']:.0f} tokens/s")
+    return rows
+
+
+def store_speed(effort: Effort, root: Path) -> dict[str, float]:
+    sb = _bench_module("store_bench")
+    names = sb.metric_names(80)
+    out = {f"write_{d}": sb.bench_write(root, effort.write_steps, names, dist=d)
+           for d in (False, True)}  # fmt: skip
+    from monitor import RunReader
+
+    run = root / "long"
+    out["build_s"] = sb.build_long(run, effort.load_steps, names)
+    t = time.perf_counter()
+    with RunReader(run) as r:
+        out["open_s"] = time.perf_counter() - t
+        out["one_s"] = sb.best(lambda: r.scalars(names[0]))
+        out["ten_s"] = sb.best(lambda: r.scalars(names[:10]))
+        out["all_s"] = sb.best(lambda: r.scalars(names), repeat=1)
+        steps, _ = r.scalars(names[0])[names[0]]
+        if steps.size != effort.load_steps:
+            raise RuntimeError(f"store returned {steps.size} steps, wrote {effort.load_steps}")
+    out["size_mib"] = (run / "store.sqlite").stat().st_size / 2**20
+    return out
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def _say(text: str) -> None:
+    print(f"[bench speed] {text}", file=sys.stderr, flush=True)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="minirl bench speed", description=__doc__.split("\n")[0])
+    p.add_argument("config", nargs="?", default=str(REPO / "configs" / "demo.yaml"))
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--quick", action="store_true", help="a minute or two: few repetitions")
+    p.add_argument("--skip", action="append", default=[], choices=PARTS,
+                   help="leave a part out (vllm: the vLLM rows of part 3)")  # fmt: skip
+    p.add_argument("--pairs", type=int, help="diagnostics on/off pairs (default 30, quick 4)")
+    p.add_argument("--trl-rounds", type=int, help="TRL/ours rounds (default 3, quick 1)")
+    p.add_argument("--trl-steps", type=int, help="timed rollouts per round (default 5)")
+    p.add_argument("--load-steps", type=int, help="steps of the long store (default 100000)")
+    p.add_argument("--threads", type=int, default=2, help="torch threads (training side, TRL)")
+    p.add_argument("--vllm-threads", type=int, default=1, help="torch threads inside vLLM")
+    p.add_argument("--trl-python", help="Python of TRL's environment (bench/.venv-trl)")
+    p.add_argument("--setup-trl", action="store_true", help="create bench/.venv-trl and exit")
+    p.add_argument("--out", help="Markdown output (default bench/results/speed.md; quick: "
+                   "bench/results/speed-quick.md)")  # fmt: skip
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    if args.setup_trl:
+        return setup_trl_venv()
+    effort = QUICK if args.quick else Effort()
+    overrides = {
+        k: v
+        for k, v in (
+            ("pairs", args.pairs),
+            ("trl_rounds", args.trl_rounds),
+            ("trl_steps", args.trl_steps),
+            ("load_steps", args.load_steps),
+        )
+        if v is not None
+    }
+    effort = dataclasses.replace(effort, **overrides)  # fmt: skip
+    if min(effort.pairs, effort.trl_rounds, effort.trl_steps) < 1:
+        raise UserError("--pairs, --trl-rounds and --trl-steps must be >= 1")
+    if effort.load_steps < 1000 or effort.load_steps % 1000:
+        raise UserError(f"--load-steps {effort.load_steps}: a positive multiple of 1000 "
+                        "(the long store is written in 1000-step transactions)")  # fmt: skip
+    if "trl" not in args.skip:
+        _trl_python(args.trl_python)  # fail before the long parts, not after them
+    default_out = "speed-quick.md" if args.quick else "speed.md"
+    out = Path(args.out) if args.out else REPO / "bench" / "results" / default_out
+
+    from trainer.config import load_config
+    from trainer.lab.speed_report import machine_facts, render
+
+    cfg = load_config(args.config, args.set)
+    load0, t_start = os.getloadavg(), time.perf_counter()
+    results: dict[str, Any] = {}
+    s = _setup(cfg, args.threads)
+    try:
+        with tempfile.TemporaryDirectory(prefix="minirl-speed-") as tmp:
+            root = Path(tmp)
+            if "diagnostics" not in args.skip:
+                results["diagnostics"] = diagnostics_overhead(s, effort, root)
+            if "trl" not in args.skip:
+                results["trl"] = trl_comparison(s, effort, args, root)
+            results["engines"] = engine_throughput(s, effort, args)
+            if "store" not in args.skip:
+                results["store"] = store_speed(effort, root)
+    finally:
+        s.engine.close()
+    argv_text = " ".join(shlex.quote(a) for a in argv)
+    facts = machine_facts(load0, os.getloadavg(), time.perf_counter() - t_start, args)
+    text = render(cfg, effort, results, facts, f"minirl bench speed {argv_text}".strip())
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    print(text)
+    _say(f"-> {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
