@@ -122,8 +122,9 @@ def test_quick_lab_machinery_survives_a_kill_and_resumes(tmp_path):
     checkpoint, and writes the report."""
     lab = tmp_path / "lab"
     sets = [a for o in [*TINY, f"cold_start.cache_dir={tmp_path / 'cache'}"] for a in ("--set", o)]
+    out_md = tmp_path / "report.md"
     argv = ["bench", "stability", "--settings", "onpolicy_minirl,onpolicy_no_is", "--steps", "3",
-            "--lab-dir", str(lab), "--out", str(tmp_path / "report.md"), *sets]  # fmt: skip
+            "--seeds", "1", "--lab-dir", str(lab), "--out", str(out_md), *sets]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     cmd = [sys.executable, "-m", "trainer.cli", *argv]
     runner = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
