@@ -13,7 +13,7 @@ import pytest
 from monitor.errors import UserError
 from trainer.config import dump_config
 from trainer.lab import speed
-from trainer.lab.speed import median_ratio_ci
+from trainer.lab.speed import median_ci, median_ratio_ci
 
 
 def test_median_ratio_is_the_ratio_of_medians_minus_one():
@@ -43,6 +43,15 @@ def test_bootstrap_interval_covers_a_known_overhead():
     on = (1.10 * load * rng.normal(1.0, 0.02, 40)).tolist()
     est, lo, hi = median_ratio_ci(on, off)
     assert lo < 0.10 < hi and lo > 0.0 and lo <= est <= hi
+
+
+def test_paired_median_and_its_interval():
+    est, lo, hi = median_ci([0.01, 0.05, 0.03, -0.02, 0.04])
+    assert est == pytest.approx(0.03, abs=1e-15)
+    assert -0.02 <= lo <= est <= hi <= 0.05  # a median of resamples stays within the data
+    assert median_ci([0.02] * 7) == pytest.approx((0.02, 0.02, 0.02), abs=1e-15)
+    with pytest.raises(ValueError):
+        median_ci([])
 
 
 def test_unpaired_samples_are_refused():

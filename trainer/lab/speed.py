@@ -72,18 +72,37 @@ QUICK = Effort(pairs=4, warmup=1, trl_rounds=1, trl_steps=2, engine_repeats=2,
 def median_ratio_ci(
     num: list[float], den: list[float], reps: int = 2000, seed: int = 0
 ) -> tuple[float, float, float]:
-    """median(num)/median(den) − 1 and its paired-bootstrap 95 % interval (pairs resampled
-    together, so the load that both arms of a pair shared cancels out)."""
+    """median(num)/median(den) − 1 and its paired-bootstrap 95 % interval (pairs are
+    resampled together)."""
+    import numpy as np
+
+    a, b = _paired(num, den)
+    idx = np.random.default_rng(seed).integers(0, a.size, size=(reps, a.size))
+    boot = np.median(a[idx], axis=1) / np.median(b[idx], axis=1) - 1.0
+    lo, hi = np.quantile(boot, [0.025, 0.975])
+    return float(np.median(a) / np.median(b) - 1.0), float(lo), float(hi)
+
+
+def median_ci(values: list[float], reps: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """Median of per-pair values (ratios − 1, differences) and its bootstrap 95 % interval:
+    the paired estimate, in which the load that both arms of a pair shared cancels."""
+    import numpy as np
+
+    v = np.asarray(values, dtype=float)
+    if v.size == 0:
+        raise ValueError("need at least one pair")
+    idx = np.random.default_rng(seed).integers(0, v.size, size=(reps, v.size))
+    lo, hi = np.quantile(np.median(v[idx], axis=1), [0.025, 0.975])
+    return float(np.median(v)), float(lo), float(hi)
+
+
+def _paired(num: list[float], den: list[float]) -> tuple[Any, Any]:
     import numpy as np
 
     a, b = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
     if a.shape != b.shape or a.size == 0:
         raise ValueError(f"need paired samples, got {a.size} and {b.size}")
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, a.size, size=(reps, a.size))
-    boot = np.median(a[idx], axis=1) / np.median(b[idx], axis=1) - 1.0
-    lo, hi = np.quantile(boot, [0.025, 0.975])
-    return float(np.median(a) / np.median(b) - 1.0), float(lo), float(hi)
+    return a, b
 
 
 def _med(xs: list[float]) -> float:
@@ -176,10 +195,17 @@ def diagnostics_overhead(s: Setup, effort: Effort, root: Path) -> dict[str, Any]
             m.close()
     on, off = rows[True], rows[False]
     out: dict[str, Any] = {"rows": rows}
+    pairs = list(zip(on, off, strict=True))
     for key in ("wall", "cpu"):
-        out[key] = median_ratio_ci([r[key] for r in on], [r[key] for r in off])
-    # section 6 alone, as a share of the diagnostics-on step (wall)
-    out["section6_share"] = _med([r["diag"] / r["wall"] for r in on])
+        out[f"{key}_paired"] = median_ci([a[key] / b[key] - 1 for a, b in pairs])
+        out[f"{key}_of_medians"] = median_ratio_ci([r[key] for r in on], [r[key] for r in off])
+    # where the difference goes: paired differences of each part, as shares of the
+    # median diagnostics-off step
+    base = _med([r["wall"] for r in off])
+    out["parts"] = {
+        part: tuple(x / base for x in median_ci([a[part] - b[part] for a, b in pairs]))
+        for part in ("rollout", "train", "diag", "log")
+    }
     return out
 
 
@@ -391,7 +417,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--trl-rounds", type=int, help="TRL/ours rounds (default 3, quick 1)")
     p.add_argument("--trl-steps", type=int, help="timed rollouts per round (default 5)")
     p.add_argument("--load-steps", type=int, help="steps of the long store (default 100000)")
-    p.add_argument("--threads", type=int, default=2, help="torch threads (training side, TRL)")
+    p.add_argument("--threads", type=int, help="torch threads, training side and TRL "
+                   "(default: the run config's threads)")  # fmt: skip
     p.add_argument("--vllm-threads", type=int, default=1, help="torch threads inside vLLM")
     p.add_argument("--trl-python", help="Python of TRL's environment (bench/.venv-trl)")
     p.add_argument("--setup-trl", action="store_true", help="create bench/.venv-trl and exit")
@@ -430,6 +457,7 @@ def main(argv: list[str]) -> int:
     from trainer.lab.speed_report import machine_facts, render
 
     cfg = load_config(args.config, args.set)
+    args.threads = args.threads or cfg.threads or os.cpu_count() or 1
     load0, t_start = os.getloadavg(), time.perf_counter()
     results: dict[str, Any] = {}
     s = _setup(cfg, args.threads)

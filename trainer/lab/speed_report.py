@@ -62,7 +62,7 @@ def _pct(triple: tuple[float, float, float]) -> str:
 
 def _diagnostics(d: dict[str, Any], target: float) -> list[str]:
     on, off = d["rows"][True], d["rows"][False]
-    wall = d["wall"]
+    wall = d["wall_paired"]
     verdict = "under" if wall[2] < target else ("over" if wall[1] > target else "not resolved vs")
     head = (
         "| diagnostics | step s (wall) | CPU s | rollout s | updates s | section 6 s "
@@ -75,14 +75,27 @@ def _diagnostics(d: dict[str, Any], target: float) -> list[str]:
             f"| {_med(rows, 'rollout'):.3f} | {_med(rows, 'train'):.3f} "
             f"| {_med(rows, 'diag'):.4f} | {_med(rows, 'log'):.4f} | {_med(rows, 'scalars'):.0f} |"
         )
+    names = {
+        "rollout": "rollout (identical work: shows the noise floor)",
+        "train": "θ_old pass + updates (routing recorded in the updates)",
+        "diag": "section 6 of `rl_step` (the metrics themselves)",
+        "log": "`Monitor.log` (more scalars, three distributions, detectors)",
+    }
+    parts = ["| part of the step | on − off, share of the off step |", "|---|---|"]
+    parts += [f"| {names[k]} | {_pct(v)} |" for k, v in d["parts"].items()]
     return [
         *lines,
         "",
-        f"Overhead of the medians, on vs off, with a paired-bootstrap 95 % interval over "
-        f"{len(on)} pairs: **wall {_pct(wall)}**, CPU {_pct(d['cpu'])}. Section 6 of "
-        f"`rl_step` alone is {100 * d['section6_share']:.1f} % of the diagnostics-on step "
-        f"(median share). Verdict: {verdict} the {100 * target:.0f} % target "
-        "(interval entirely below, entirely above, or straddling it).",
+        f"Overhead over {len(on)} pairs, median of the per-pair ratios on/off − 1 with a "
+        f"bootstrap 95 % interval: **wall {_pct(wall)}**, CPU {_pct(d['cpu_paired'])}. "
+        f"Ratio of the medians: wall {_pct(d['wall_of_medians'])}, CPU "
+        f"{_pct(d['cpu_of_medians'])} (paired bootstrap). Verdict: {verdict} the "
+        f"{100 * target:.0f} % target (paired wall interval entirely below, entirely above, "
+        "or straddling it).",
+        "",
+        "Where the difference goes (median per-pair difference of each part, 95 % interval):",
+        "",
+        *parts,
     ]
 
 
