@@ -40,7 +40,7 @@ from monitor.detectors import build_detectors
 from monitor.errors import UserError
 from monitor.reader import RunReader
 from monitor.records import AlertDraft, severity_rank
-from trainer.lab.runner import RunSpec, load_manifest, run_all
+from trainer.lab.runner import RunSpec, detach, load_manifest, run_all, status_table
 from trainer.lab.summary import RunSummary, fmt, summarize_run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -330,7 +330,7 @@ def write_detection_report(runs: Sequence[Labelled], out: Path, command: str) ->
 
 # ---------------------------------------------------------------------------- stress runs
 
-STRESS_SETTINGS = ("stress_lr3e-3", "stress_offpolicy8x_noclip_lr2e-3", "stress_no_is_lr2e-3")
+STRESS_SETTINGS = ("stress_lr_ramp", "stress_offpolicy8x_noclip_lr_ramp", "stress_no_is_lr_ramp")
 
 
 def stress_specs(lab_dir: Path, seeds: int, steps: int | None, extra: list[str]) -> list[RunSpec]:
@@ -352,6 +352,12 @@ def _parser() -> argparse.ArgumentParser:
         help=f"first run the collapse-prone settings ({', '.join(STRESS_SETTINGS)})",
     )
     p.add_argument("--stress-dir", default="runs/lab-stress")
+    p.add_argument(
+        "--background",
+        action="store_true",
+        help="with --stress: detach, logging to <stress-dir>/runner.log",
+    )
+    p.add_argument("--status", action="store_true", help="print the stress runs' progress")
     p.add_argument("--seeds", type=int, default=3, help="seeds per stress setting")
     p.add_argument("--steps", type=int, help="RL steps per stress run (default: the recipe's)")
     p.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE")
@@ -361,6 +367,16 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
+    if args.status:
+        print(status_table(Path(args.stress_dir)))
+        return 0
+    if args.background:
+        if not args.stress:
+            raise UserError("--background needs --stress (scoring takes seconds)")
+        return detach(
+            Path(args.stress_dir), ["detection", *argv],
+            f"minirl bench detection --status --stress-dir {args.stress_dir}",
+        )  # fmt: skip
     if args.stress:
         run_all(
             Path(args.stress_dir),

@@ -388,3 +388,26 @@ def status_table(lab_dir: Path) -> str:
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     active = "a runner is active" if lab_locked(Path(lab_dir)) else "no runner active"
     return "\n".join([f"{lab_dir}: {summary} ({active})", *lines])
+
+
+def detach(lab_dir: Path, bench_argv: list[str], status: str) -> int:
+    """Start `minirl bench <bench_argv>` without --background in a new session (it
+    survives the shell), logging to <lab_dir>/runner.log; `status` is the command that
+    shows its progress."""
+    if lab_locked(lab_dir):
+        raise UserError(f"a runner is already working on {lab_dir}; see --status")
+    lab_dir.mkdir(parents=True, exist_ok=True)
+    log = lab_dir / "runner.log"
+    rest = [a for a in bench_argv if a != "--background"]
+    cmd = [sys.executable, "-m", "trainer.cli", "bench", *rest]
+    with log.open("a") as fh:
+        fh.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(cmd)}\n")
+        fh.flush()
+        proc = subprocess.Popen(
+            cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            cwd=Path.cwd(), start_new_session=True,
+        )  # fmt: skip
+    print(f"running in the background (pid {proc.pid}); log {log}")
+    print(f"progress: {status}")
+    print(f"stop it with: kill -INT {proc.pid}   (runs stop at a checkpoint; rerun to resume)")
+    return 0

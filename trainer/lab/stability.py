@@ -19,14 +19,12 @@ schedule or resume runs (runner.py), or compute the tables (report.py).
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from monitor.errors import UserError
-from trainer.lab.runner import RunSpec, lab_locked, run_all, status_table
+from trainer.lab.runner import RunSpec, detach, run_all, status_table
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG_DIR = REPO / "configs" / "lab"
@@ -160,7 +158,9 @@ def main(argv: list[str]) -> int:
     command = "minirl bench stability " + " ".join(argv)
 
     if args.background:
-        return _detach(lab_dir, argv)
+        return detach(
+            lab_dir, ["stability", *argv], f"minirl bench stability --status --lab-dir {lab_dir}"
+        )
     if not args.report_only:
         t0 = time.monotonic()
         run_all(lab_dir, specs, jobs=args.jobs, meta={"command": command.strip()})
@@ -169,29 +169,4 @@ def main(argv: list[str]) -> int:
 
     write_stability_report(lab_dir, out, specs=specs, command=command.strip())
     print(f"report: {out}")
-    return 0
-
-
-def _detach(lab_dir: Path, argv: list[str]) -> int:
-    """Start this same command without --background in a new session, logging to a file."""
-    if lab_locked(lab_dir):
-        raise UserError(f"a runner is already working on {lab_dir}; see --status")
-    lab_dir.mkdir(parents=True, exist_ok=True)
-    log = lab_dir / "runner.log"
-    rest = [a for a in argv if a != "--background"]
-    cmd = [sys.executable, "-m", "trainer.cli", "bench", "stability", *rest]
-    with log.open("a") as fh:
-        fh.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(cmd)}\n")
-        fh.flush()
-        proc = subprocess.Popen(
-            cmd,
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            cwd=Path.cwd(),
-            start_new_session=True,
-        )
-    print(f"lab running in the background (pid {proc.pid}); log {log}")
-    print(f"progress: minirl bench stability --status --lab-dir {lab_dir}")
-    print(f"stop it with: kill -INT {proc.pid}   (runs stop at a checkpoint; rerun to resume)")
     return 0
