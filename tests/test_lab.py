@@ -157,7 +157,7 @@ def test_quick_lab_machinery_survives_a_kill_and_resumes(tmp_path):
     assert steps == [0, 1, 2, 3]  # nothing lost, nothing logged twice
     assert "resume" in kinds or "truncate" in kinds
     report = (tmp_path / "report.md").read_text()
-    assert "`onpolicy_minirl`) | 1 (1/1)" in report and "`onpolicy_no_is`) | 1 (1/1)" in report
+    assert "`onpolicy_minirl`) | 1/1 |" in report and "`onpolicy_no_is`) | 1/1 |" in report
     assert (tmp_path / "report_on_policy.png").stat().st_size > 1000
 
 
@@ -204,7 +204,7 @@ def test_report_from_a_synthetic_lab(tmp_path):
     # is done when 0.6 - 0.02 (t - 100) < 0.48, i.e. from t = 107 on
     assert broken.runs[0].onset.metric == "reward/acc" and 105 <= broken.runs[0].onset.step <= 109
     text = out.read_text()
-    assert "| 2 (2/2) |" in text and "2/2 (" in text and "0/2 |" in text
+    assert "| 2/2 | 200 |" in text and "2/2 (" in text and "0/2 |" in text
     assert "Command: `minirl bench stability --x`" in text
     assert "2. **Without IS correction: collapse with an entropy drop** — collapses 2/2" in text
     assert "reproduced." in text

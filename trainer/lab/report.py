@@ -35,13 +35,12 @@ class SettingRow:
     label: str
     planned: int
     runs: list[RunSummary]
+    """Finished runs only (completed or diverged): what the tables aggregate."""
+    in_progress: list[RunSummary]
+    """Runs with data that have not finished (still running, or interrupted)."""
 
     def values(self, attr: str) -> list[float]:
         return [getattr(r, attr) for r in self.runs if getattr(r, attr) is not None]
-
-    @property
-    def finished(self) -> int:
-        return sum(r.finished for r in self.runs)
 
 
 def mean_sd(xs: Sequence[float]) -> tuple[float | None, float | None]:
@@ -74,20 +73,12 @@ def collect(lab_dir: Path, specs: Sequence[RunSpec]) -> list[SettingRow]:
     for spec in specs:
         name = spec.key.split("/")[0]
         setting = BY_NAME.get(name)
-        row = rows.setdefault(
-            name,
-            SettingRow(
-                name,
-                setting.group if setting else "other",
-                setting.label if setting else name,
-                0,
-                [],
-            ),
-        )
+        group, label = (setting.group, setting.label) if setting else ("other", name)
+        row = rows.setdefault(name, SettingRow(name, group, label, 0, [], []))
         row.planned += 1
         summary = summarize_run(spec.run_dir)
         if summary is not None:
-            row.runs.append(summary)
+            (row.runs if summary.finished else row.in_progress).append(summary)
     return list(rows.values())
 
 
@@ -108,7 +99,7 @@ def _arrow(pairs: Sequence[tuple[float, float]]) -> str:
 
 def setting_table(rows: Sequence[SettingRow]) -> list[str]:
     head = (
-        "| setting | runs (finished/planned) | steps | held-out acc at 0 | peak | final | "
+        "| setting | finished runs / planned | steps | held-out acc at 0 | peak | final | "
         "collapsed (onset steps) | entropy first → last 10 % | mismatch KL k1 first → last "
         "| first alert: step (detector) |"
     )
@@ -125,7 +116,8 @@ def setting_table(rows: Sequence[SettingRow]) -> list[str]:
         alerts = [r.first_alert for r in runs if r.first_alert]
         alert_s = "; ".join(f"{s} ({d})" for s, d in alerts) if alerts else "none"
         lines.append(
-            f"| {row.label} (`{row.name}`) | {len(runs)} ({row.finished}/{row.planned}) | "
+            f"| {row.label} (`{row.name}`) | {len(runs)}/{row.planned}"
+            f"{f' (+{len(row.in_progress)} running)' if row.in_progress else ''} | "
             f"{steps_s} | {_pm(row.values('eval0'))} | {_pm(row.values('peak_eval'))} | "
             f"{_pm(row.values('final_eval'))} | {coll} | "
             f"{_arrow([r.entropy for r in runs if r.entropy])} | "
@@ -141,7 +133,7 @@ def run_table(rows: Sequence[SettingRow]) -> list[str]:
         "|" + "---|" * 9,
     ]
     for row in rows:
-        for r in row.runs:
+        for r in [*row.runs, *row.in_progress]:
             onset = (
                 "-"
                 if not r.collapsed
@@ -293,8 +285,8 @@ def draw_group(rows: Sequence[SettingRow], title: str, path: Path) -> None:
     panels = (
         ("eval/acc", "held-out accuracy", False, 1),
         ("reward/acc", "train accuracy (running mean of 9)", False, 9),
-        ("policy/entropy", "entropy (nats/token)", False, 1),
-        ("mismatch/kl_k1", "mismatch KL(μ‖π_old), k1", True, 1),
+        ("policy/entropy", "entropy, nats/token (running mean of 9)", False, 9),
+        ("mismatch/kl_k1", "mismatch KL(μ‖π_old), k1 (running mean of 9)", True, 9),
     )
     fig, axes = plt.subplots(2, 2, figsize=(11, 7), dpi=90)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -354,6 +346,12 @@ def _recipes(specs: Sequence[RunSpec]) -> list[str]:
     return lines
 
 
+def _example(spec: RunSpec) -> str:
+    """The `minirl train` line of a run, paths relative to the repository."""
+    cmd = train_command(spec, False)[3:]
+    return " ".join(["minirl", *(_rel(Path(a)) if a.startswith("/") else a for a in cmd)])
+
+
 def _rel(path: Path) -> str:
     repo = Path(__file__).resolve().parents[2]
     try:
@@ -365,14 +363,15 @@ def _rel(path: Path) -> str:
 def write_stability_report(
     lab_dir: Path, out: Path, specs: Sequence[RunSpec], command: str
 ) -> list[SettingRow]:
-    """Write `out` (markdown) and its charts `<stem>_<group>.png`; returns the rows."""
+    """Write `out` (markdown) and its charts `<stem>_<group>.png`; returns the rows.
+    A hand-written `<stem>_notes.md` beside `out` is included verbatim."""
     lab_dir, out = Path(lab_dir), Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     rows = collect(lab_dir, specs)
     manifest = load_manifest(lab_dir)
-    all_runs = [r for row in rows for r in row.runs]
+    all_runs = [r for row in rows for r in [*row.runs, *row.in_progress]]
     total = sum(row.planned for row in rows)
-    done = sum(row.finished for row in rows)
+    done = sum(len(row.runs) for row in rows)
     seeds = sorted({s.key.split("/")[1] for s in specs})
     kl0 = [r.kl[0] for r in all_runs if r.kl]
     flips = [r.routing_flip for r in all_runs if r.routing_flip is not None]
@@ -382,12 +381,12 @@ def write_stability_report(
         f"Command: `{command}` (lab directory `{lab_dir}`). Runs: {done} of {total} finished, "
         f"{len(all_runs)} with data; seeds planned per setting: {len(seeds)}. Rows with fewer "
         "finished runs than planned come from a lab still running (or interrupted): the "
-        "`runs` column says how many runs each row averages.",
+        "tables aggregate finished runs only, and say how many each row has.",
         "",
         "Every run is `minirl train <recipe> --set seed=K --set name=... --run-dir ...`, e.g.:",
         "",
         "```",
-        " ".join(["minirl", *train_command(specs[0], False)[3:]]) if specs else "",
+        _example(specs[0]) if specs else "",
         "```",
         "",
         "Induced training-inference mismatch (the same for every setting): mismatch/kl_k1 "
@@ -423,6 +422,9 @@ def write_stability_report(
         png = out.with_name(f"{out.stem}_{re.sub(r'[^a-z0-9]+', '_', group.lower())}.png")
         draw_group(members, group, png)
         lines += [f"![{group}]({png.name})", ""]
+    notes = out.with_name(f"{out.stem}_notes.md")
+    if notes.is_file():  # hand-written context kept across regenerations
+        lines += [f"## Notes (from `{notes.name}`, written by hand)", "", notes.read_text(), ""]
     lines += ["## Per run", "", *run_table(rows), "", "## Recipes", "", *_recipes(specs), ""]
     failed = [k for k, s in manifest.states.items() if s.status == "failed"]
     if failed:

@@ -9,9 +9,10 @@ one process measures, in this order, with the load average noted at start and en
 1. diagnostics overhead: `rl_step` + `Monitor.log` with `train.diagnostics` on and off,
    alternated on the same warmed-up engines, same prompts and seeds per pair, the policy
    restored to the same θ before every call (so both arms do the same work but for the
-   diagnostics). Reported: medians, the overhead of the medians with a paired bootstrap
-   95 % interval, wall and CPU time;
-2. trainer step vs TRL's GRPOTrainer (`trainer/lab/trl_step.py`, in bench/.venv-trl): the
+   diagnostics). Reported: medians, paired overheads with bootstrap 95 % intervals
+   (whole step; step without its rollout, which is identical work in both arms), the
+   difference by part of the step, and a cProfile of a diagnostics-on step;
+2. trainer step vs TRL's GRPOTrainer (`speed_trl.py`, `trl_step.py`, bench/.venv-trl): the
    same checkpoint, prompts, group size, max new tokens and updates per rollout, rounds
    of TRL then ours back to back, each round from the cold-start weights;
 3. rollout throughput, vLLM vs PyTorch engine (`bench/vllm_bench.py`'s `measure`);
@@ -27,11 +28,9 @@ import argparse
 import copy
 import dataclasses
 import importlib.util
-import json
 import os
 import shlex
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,11 +39,9 @@ from types import ModuleType
 from typing import Any
 
 from monitor.errors import UserError
+from trainer.lab.speed_trl import setup_trl_venv, trl_comparison, trl_python
 
 REPO = Path(__file__).resolve().parents[2]
-TRL_VENV = REPO / "bench" / ".venv-trl"
-TRL_PINS = ("trl==1.16.0", "transformers==5.19.0")  # the transformers our checkpoints load in
-TORCH_PIN = "torch==2.13.0"  # in every pip command: never let TRL's deps pull a CUDA torch
 PARTS = ("diagnostics", "trl", "vllm", "store")
 TARGET_OVERHEAD = 0.03  # issue 7: diagnostics under 3 % of the step time
 
@@ -124,6 +121,10 @@ class Setup:
     controls: Any
     snapshot: dict
 
+    def examples(self, i: int) -> list:
+        """Example set i: the same prompts for every arm and trainer that uses index i."""
+        return self.task.sample_train(self.cfg.train.prompts_per_step, seed=f"speed:{i}")
+
 
 def _setup(cfg: Any, threads: int) -> Setup:
     import torch
@@ -144,17 +145,13 @@ def _setup(cfg: Any, threads: int) -> Setup:
     return Setup(cfg, Path(start.path), make_task(cfg.task), policy, engine, controls, snapshot)
 
 
-def _examples(s: Setup, i: int) -> list:
-    return s.task.sample_train(s.cfg.train.prompts_per_step, seed=f"speed:{i}")
-
-
 def _timed_step(s: Setup, i: int, diagnostics: bool, mon: Any, step: int) -> dict[str, float]:
     """One `rl_step` on example set i (seed i) from the snapshot weights, logged to `mon`."""
     from trainer.step import rl_step
 
     tc = s.cfg.train
     s.policy.load_state_dict(s.snapshot)
-    examples = _examples(s, i)
+    examples = s.examples(i)
     c0, t0 = time.process_time(), time.perf_counter()
     result = rl_step(
         examples, s.policy, s.engine, s.task, s.controls, s.cfg.sampling, seed=i,
@@ -206,142 +203,38 @@ def diagnostics_overhead(s: Setup, effort: Effort, root: Path) -> dict[str, Any]
         part: tuple(x / base for x in median_ci([a[part] - b[part] for a, b in pairs]))
         for part in ("rollout", "train", "diag", "log")
     }
+    # the rollout is the same work in both arms (same seed, weights, prompts): its
+    # difference is pure noise, so the step without it measures the overhead more tightly
+    net = [((a["wall"] - a["rollout"]) - (b["wall"] - b["rollout"])) / base for a, b in pairs]
+    out["net_paired"] = median_ci(net)
+    out["profile"] = _profile_step(s, steps=3)
     return out
 
 
-# --------------------------------------------------------------------------- 2. vs TRL
+def _profile_step(s: Setup, steps: int) -> list[tuple[str, float, float]]:
+    """What `rl_step` (diagnostics on) calls directly, by cumulative time per step under
+    cProfile: (callee, ms per step, calls per step), largest first."""
+    import cProfile
+    import pstats
 
-
-def _trl_python(path: str | None) -> Path:
-    py = Path(path) if path else TRL_VENV / "bin" / "python"
-    if not py.is_file():
-        raise UserError(
-            f"TRL's Python {py} is missing; create it once with `minirl bench speed "
-            "--setup-trl`, or pass --trl-python, or --skip trl"
-        )
-    return py
-
-
-def setup_trl_venv() -> int:
-    """Create bench/.venv-trl with TRL and the pinned CPU torch (TRL pins its own deps)."""
-    py = TRL_VENV / "bin" / "python"
-    if not py.is_file():
-        subprocess.run([sys.executable, "-m", "venv", str(TRL_VENV)], check=True)
-    pip = [str(py), "-m", "pip", "install", "-q"]
-    subprocess.run([*pip, TORCH_PIN], check=True)  # first, so nothing pulls a CUDA build
-    subprocess.run([*pip, TORCH_PIN, *TRL_PINS], check=True)
-    subprocess.run([str(py), "-c", "import torch, trl; assert '+cpu' in torch.__version__"],
-                   check=True)  # fmt: skip
-    print(f"TRL environment ready: {TRL_VENV}")
-    return 0
-
-
-def _trl_round(s: Setup, py: Path, steps: int, threads: int, root: Path) -> dict[str, Any]:
-    """TRL's trainer for `steps` rollouts on the example sets 0..steps-1, in a subprocess."""
-    from trainer.config import config_to_dict
-
-    cfg, sp = s.cfg, s.cfg.sampling
-    examples = [ex for i in range(steps) for ex in _examples(s, i)]
-    spec = {
-        "checkpoint": str(s.ckpt), "task": config_to_dict(cfg)["task"],
-        "prompts": [ex.prompt for ex in examples], "answers": [ex.answer for ex in examples],
-        "prompts_per_step": cfg.train.prompts_per_step, "n": sp.n, "steps": steps,
-        "mini_batches": cfg.train.mini_batches, "max_new_tokens": sp.max_new_tokens,
-        "temperature": sp.temperature, "top_p": sp.top_p, "top_k": sp.top_k,
-        "eps_low": cfg.loss.eps_low, "eps_high": cfg.loss.eps_high,
-        "optim": dataclasses.asdict(cfg.optim), "threads": threads, "seed": cfg.seed,
-    }  # fmt: skip
-    spec_path, out_path, log_path = root / "trl_spec.json", root / "trl_out.json", root / "trl.log"
-    spec_path.write_text(json.dumps(spec))
-    script = Path(__file__).with_name("trl_step.py")
-    with log_path.open("w") as log:
-        done = subprocess.run([str(py), str(script), str(spec_path), str(out_path)],
-                              stdout=log, stderr=subprocess.STDOUT, check=False)  # fmt: skip
-    if done.returncode != 0:
-        tail = "".join(log_path.read_text().splitlines(keepends=True)[-15:])
-        raise RuntimeError(f"TRL subprocess failed (exit {done.returncode}):\n{tail}")
-    out = json.loads(out_path.read_text())
-    n = cfg.train.mini_batches  # TRL counts one optimiser update as a step
-    for key in ("step_wall_s", "step_cpu_s"):
-        per = out[key]
-        out[key] = [sum(per[k * n : (k + 1) * n]) for k in range(len(per) // n)]
-    return out
-
-
-def _ours_round(s: Setup, engine: Any, steps: int, mon: Any, first: int) -> list[dict]:
-    """Our loop's per-step work (rl_step, verified weight sync, Monitor.log) for `steps`
-    rollouts from the cold-start weights, on TRL's example sets 0..steps-1."""
     from trainer.step import rl_step
 
-    tc = s.cfg.train
-    s.policy.load_state_dict(s.snapshot)
-    engine.update_weights(s.policy.model)
-    rows = []
+    prof = cProfile.Profile()
     for i in range(steps):
-        c0, t0 = time.process_time(), time.perf_counter()
-        result = rl_step(
-            _examples(s, i), s.policy, engine, s.task, s.controls, s.cfg.sampling, seed=i,
-            advantage_baseline=tc.advantage_baseline, advantage_std_norm=tc.advantage_std_norm,
-            diagnostics=tc.diagnostics,
-        )  # fmt: skip
-        t1 = time.perf_counter()
-        engine.update_weights(s.policy.model)
-        t2 = time.perf_counter()
-        result.scalars["perf/sync_s"] = t2 - t1
-        mon.log(first + i, result.scalars, result.distributions)
-        sc = result.scalars
-        rows.append({
-            "wall": time.perf_counter() - t0, "cpu": time.process_time() - c0,
-            "step": t1 - t0, "sync": t2 - t1, "len": sc["response/len_mean"],
-            "reward": sc["reward/mean"],
-        })  # fmt: skip
-    return rows
-
-
-def trl_comparison(s: Setup, effort: Effort, args: argparse.Namespace, root: Path) -> dict:
-    """Rounds of [TRL, ours with the configured engine, ours with the PyTorch fp32 engine]."""
-    from monitor import Monitor
-    from trainer.engines.factory import make_inference_engine
-
-    py = _trl_python(args.trl_python)
-    steps = effort.warmup + effort.trl_steps
-    engines = {_engine_label(s.cfg.engine): s.engine}
-    torch_fp32 = dataclasses.replace(s.cfg.engine, inference="torch", inference_dtype="fp32",
-                                     weight_quant="none", activation_quant="none")  # fmt: skip
-    if _engine_label(torch_fp32) not in engines:
-        engines[_engine_label(torch_fp32)] = make_inference_engine(s.ckpt, torch_fp32)
-    trl_rows: list[dict] = []
-    ours: dict[str, list[dict]] = {k: [] for k in engines}
-    info: dict[str, Any] = {}
-    mon = Monitor(root / "vs_trl")
-    try:
-        for r in range(effort.trl_rounds):
-            out = _trl_round(s, py, steps, args.threads, root)
-            info = {"versions": out["versions"], "setup_s": out["setup_s"]}
-            lens, rewards = out["completion_len"], out["reward"]
-            for k in range(effort.warmup, steps):
-                trl_rows.append({"wall": out["step_wall_s"][k], "cpu": out["step_cpu_s"][k],
-                                 "len": lens[k], "reward": rewards[k]})  # fmt: skip
-            for label, engine in engines.items():
-                rows = _ours_round(s, engine, steps, mon, first=len(ours[label]) * 1000 + r * 100)
-                ours[label] += rows[effort.warmup :]
-            _say(
-                f"TRL round {r + 1}/{effort.trl_rounds}: TRL "
-                f"{_med([x['wall'] for x in trl_rows]):.2f} s/rollout, ours "
-                + ", ".join(f"{k} {_med([x['wall'] for x in v]):.2f} s" for k, v in ours.items())
-            )
-    finally:
-        mon.close()
-        for engine in engines.values():
-            if engine is not s.engine:
-                engine.close()
-    return {"trl": trl_rows, "ours": ours, **info}
-
-
-def _engine_label(e: Any) -> str:
-    name = {"torch": "PyTorch", "vllm": "vLLM"}[e.inference]
-    quant = "" if e.weight_quant == "none" else f" + {e.weight_quant} weights"
-    return f"{name} {e.inference_dtype}{quant}"
+        s.policy.load_state_dict(s.snapshot)
+        examples = s.examples(2000 + i)
+        prof.enable()
+        rl_step(examples, s.policy, s.engine, s.task, s.controls, s.cfg.sampling, seed=i)
+        prof.disable()
+    stats = pstats.Stats(prof).stats  # {(file, line, func): (cc, nc, tt, ct, callers)}
+    rows = []
+    for (file, _, func), (_, _, _, _, callers) in stats.items():
+        for (cfile, _, cfunc), (_, ncalls, _, cum) in callers.items():
+            if cfunc == "rl_step" and cfile.endswith("step.py"):
+                where = f"{Path(file).parent.name}/{Path(file).name}" if file != "~" else ""
+                rows.append((f"{where}:{func}" if where else func, 1e3 * cum / steps,
+                             ncalls / steps))  # fmt: skip
+    return sorted(rows, key=lambda r: -r[1])
 
 
 # --------------------------------------------------------------------------- 3-4. bench scripts
@@ -362,7 +255,7 @@ def engine_throughput(s: Setup, effort: Effort, args: argparse.Namespace) -> lis
     from trainer.evaluate import encode_prompts
 
     vb = _bench_module("vllm_bench")
-    prompts = encode_prompts(s.policy.tokenizer, [ex.prompt for ex in _examples(s, 0)])
+    prompts = encode_prompts(s.policy.tokenizer, [ex.prompt for ex in s.examples(0)])
     ns = argparse.Namespace(threads=args.threads, vllm_threads=args.vllm_threads,
                             repeats=effort.engine_repeats)  # fmt: skip
     wanted = ["PyTorch fp32", "PyTorch bf16"]
@@ -449,7 +342,7 @@ def main(argv: list[str]) -> int:
         raise UserError(f"--load-steps {effort.load_steps}: a positive multiple of 1000 "
                         "(the long store is written in 1000-step transactions)")  # fmt: skip
     if "trl" not in args.skip:
-        _trl_python(args.trl_python)  # fail before the long parts, not after them
+        trl_python(args.trl_python)  # fail before the long parts, not after them
     default_out = "speed-quick.md" if args.quick else "speed.md"
     out = Path(args.out) if args.out else REPO / "bench" / "results" / default_out
 
@@ -467,7 +360,7 @@ def main(argv: list[str]) -> int:
             if "diagnostics" not in args.skip:
                 results["diagnostics"] = diagnostics_overhead(s, effort, root)
             if "trl" not in args.skip:
-                results["trl"] = trl_comparison(s, effort, args, root)
+                results["trl"] = trl_comparison(s, effort, args.trl_python, args.threads, root)
             results["engines"] = engine_throughput(s, effort, args)
             if "store" not in args.skip:
                 results["store"] = store_speed(effort, root)
