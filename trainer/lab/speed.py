@@ -50,7 +50,7 @@ TARGET_OVERHEAD = 0.03  # issue 7: diagnostics under 3 % of the step time
 class Effort:
     """How many repetitions each part makes (full mode vs --quick)."""
 
-    pairs: int = 30
+    pairs: int = 40
     warmup: int = 2
     trl_rounds: int = 3
     trl_steps: int = 5
@@ -306,7 +306,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="a minute or two: few repetitions")
     p.add_argument("--skip", action="append", default=[], choices=PARTS,
                    help="leave a part out (vllm: the vLLM rows of part 3)")  # fmt: skip
-    p.add_argument("--pairs", type=int, help="diagnostics on/off pairs (default 30, quick 4)")
+    p.add_argument("--pairs", type=int, help="diagnostics on/off pairs (default 40, quick 4)")
     p.add_argument("--trl-rounds", type=int, help="TRL/ours rounds (default 3, quick 1)")
     p.add_argument("--trl-steps", type=int, help="timed rollouts per round (default 5)")
     p.add_argument("--load-steps", type=int, help="steps of the long store (default 100000)")
