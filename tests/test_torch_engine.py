@@ -156,7 +156,7 @@ def test_update_weights_makes_the_engine_match_a_changed_model(ckpt):
     fp8.close()
 
 
-def test_sampler_filters_and_raw_logprobs():
+def test_sampler_filters_and_logprobs_of_the_sampling_distribution():
     probs = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
     logits = probs.log()
     kept = _filter_logits(logits, top_k=0, top_p=0.75).isfinite()
@@ -168,13 +168,14 @@ def test_sampler_filters_and_raw_logprobs():
     many = logits.expand(20000, 4)
     tok, lp = sample_next(many, SamplingParams(temperature=1.0, top_p=0.75), g)
     assert set(tok.tolist()) == {0, 1}
-    torch.testing.assert_close(lp, probs[0, tok].log())  # raw: before top-p renormalising
+    kept_probs = torch.tensor([0.5, 0.3, 0.0, 0.0]) / 0.8  # μ: renormalised over the nucleus
+    torch.testing.assert_close(lp, kept_probs[tok].log())
     freq = torch.bincount(tok, minlength=4) / len(tok)
     assert abs(freq[0] - 0.5 / 0.8) < 0.015
     tok, lp = sample_next(many, SamplingParams(temperature=2.0), g)
     target = torch.softmax(logits[0] / 2.0, -1)
     assert (torch.bincount(tok, minlength=4) / len(tok) - target).abs().max() < 0.015
-    torch.testing.assert_close(lp, probs[0, tok].log())  # raw: before temperature
+    torch.testing.assert_close(lp, target[tok].log())  # μ: after temperature
     tok, _ = sample_next(logits, SamplingParams(temperature=0.0), g)
     assert tok.tolist() == [0]
 

@@ -7,10 +7,12 @@ token per step for every row. For each sampled token it returns log μ computed 
 OWN logits, and for MoE the experts it routed through (prefill and decode), in the
 `Rollout` layout of `base.py`.
 
-Log-probabilities are the raw ones, log_softmax of the unscaled logits, before
-temperature, top-k and top-p: the same quantity as vLLM's default
-`logprobs_mode="raw_logprobs"`, so both engines mean the same thing by log μ and a
-sampler that departs from π shows up in the IS weight as sampler mismatch.
+Log-probabilities are those of the distribution actually sampled from — after
+temperature, top-k and top-p (renormalised over what they keep) — the same quantity as
+vLLM's `logprobs_mode="processed_logprobs"`. μ is that sampling distribution, so the IS
+weight π/μ is exact, and a sampler that departs from π (temperature ≠ 1, top-p < 1)
+shows up in the diagnostics as a training-inference mismatch (sampler mismatch). Greedy
+decoding (temperature 0) has no density; it reports the unscaled log_softmax.
 
 It does not train, compute rewards, or batch across calls (no continuous batching).
 """
@@ -50,15 +52,16 @@ def _filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tens
 def sample_next(
     logits: torch.Tensor, params: SamplingParams, generator: torch.Generator
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(token [B], raw log μ of it [B]) from float32 logits [B, V]."""
-    raw_logp = torch.log_softmax(logits, dim=-1)
+    """(token [B], log μ of it [B]) from float32 logits [B, V], μ being the distribution
+    sampled from: softmax of the temperature-scaled, top-k/top-p-filtered logits."""
     if params.temperature == 0:
         token = logits.argmax(dim=-1)
+        logp = torch.log_softmax(logits, dim=-1)
     else:
         scaled = _filter_logits(logits / params.temperature, params.top_k, params.top_p)
-        probs = torch.softmax(scaled, dim=-1)
-        token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-    return token, raw_logp.gather(-1, token[:, None]).squeeze(-1)
+        logp = torch.log_softmax(scaled, dim=-1)
+        token = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
+    return token, logp.gather(-1, token[:, None]).squeeze(-1)
 
 
 class TorchInferenceEngine:

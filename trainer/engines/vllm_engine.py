@@ -3,8 +3,9 @@
 It loads the same checkpoint directory as the training engine and implements the
 `InferenceEngine` protocol of `base.py`: n samples per prompt (prompt-major), seeded,
 temperature/top-p/top-k as configured, the engine's own log-probability of every sampled
-token (raw: log_softmax of the unscaled logits, vLLM's default `logprobs_mode`, the same
-quantity as the PyTorch engine's), and for MoE models the routed experts of every token
+token (of the distribution actually sampled from: `logprobs_mode="processed_logprobs"`,
+after temperature and top-k/top-p, the same quantity as the PyTorch engine's, so sampler
+mismatch shows in the IS weight), and for MoE models the routed experts of every token
 and layer in the layout the training engine replays (R3, MiniRL arXiv 2512.01374):
 
 - on CPU through vLLM's router capture point (`vllm_routing.py`), because the official
@@ -160,7 +161,7 @@ class VLLMEngine:
             max_num_batched_tokens=max(8192, self.max_model_len),
             distributed_executor_backend="uni",
             use_tqdm_on_load=False,
-            logprobs_mode="raw_logprobs",
+            logprobs_mode="processed_logprobs",
         )
         if is_moe and not self.on_cpu:
             kwargs["enable_return_routed_experts"] = True  # GPU: the official API
