@@ -97,13 +97,17 @@ def _arrow(pairs: Sequence[tuple[float, float]]) -> str:
     return f"{fmt(a)} → {fmt(b)} (×{b / a:.2f})" if a > 0 else f"{fmt(a)} → {fmt(b)}"
 
 
+def _alerts(firsts: Sequence[tuple[int, str] | None]) -> str:
+    return "; ".join(f"{a[0]} ({a[1]})" if a else "none" for a in firsts) or "-"
+
+
 def setting_table(rows: Sequence[SettingRow]) -> list[str]:
     head = (
         "| setting | finished runs / planned | steps | held-out acc at 0 | peak | final | "
         "collapsed (onset steps) | entropy first → last 10 % | mismatch KL k1 first → last "
-        "| first alert: step (detector) |"
+        "| first alert: step (detector), per seed | first collapse-detector alert |"
     )
-    lines = [head, "|" + "---|" * 10]
+    lines = [head, "|" + "---|" * 11]
     for row in rows:
         runs = row.runs
         steps = sorted({r.last_step for r in runs if r.last_step is not None})
@@ -113,15 +117,15 @@ def setting_table(rows: Sequence[SettingRow]) -> list[str]:
         collapsed = [r for r in runs if r.collapsed]
         onsets = ", ".join(str(r.collapse_step) for r in collapsed)
         coll = f"{len(collapsed)}/{len(runs)}" + (f" ({onsets})" if onsets else "")
-        alerts = [r.first_alert for r in runs if r.first_alert]
-        alert_s = "; ".join(f"{s} ({d})" for s, d in alerts) if alerts else "none"
+        alert_s = _alerts([r.first_alert for r in runs])
+        coll_s = _alerts([r.first_collapse_alert for r in runs])
         lines.append(
             f"| {row.label} (`{row.name}`) | {len(runs)}/{row.planned}"
             f"{f' (+{len(row.in_progress)} running)' if row.in_progress else ''} | "
             f"{steps_s} | {_pm(row.values('eval0'))} | {_pm(row.values('peak_eval'))} | "
             f"{_pm(row.values('final_eval'))} | {coll} | "
             f"{_arrow([r.entropy for r in runs if r.entropy])} | "
-            f"{_arrow([r.kl for r in runs if r.kl])} | {alert_s} |"
+            f"{_arrow([r.kl for r in runs if r.kl])} | {alert_s} | {coll_s} |"
         )
     return lines
 

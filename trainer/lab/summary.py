@@ -70,6 +70,9 @@ class RunSummary:
     len_mean: float | None
     first_alert: tuple[int, str] | None
     """(step, detector) of the first warning or critical alert stored live."""
+    first_collapse_alert: tuple[int, str] | None
+    """The same among the detectors whose critical alerts mean collapse to the
+    remediation policy (entropy, grad norm, length, reward/eval drop, non-finite)."""
     series: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
 
     @property
@@ -137,6 +140,9 @@ def summarize_run(run_dir: str | Path, config: MonitorConfig | None = None) -> R
     entropy = trend(*series["policy/entropy"])
     kl = trend(*series["mismatch/kl_k1"])
     first = min(alerts, key=lambda a: (a.step, a.id)) if alerts else None
+    watch = (config or MonitorConfig()).remediation.collapse_detectors
+    collapse_alerts = [a for a in alerts if a.detector in watch]
+    first_c = min(collapse_alerts, key=lambda a: (a.step, a.id)) if collapse_alerts else None
     return RunSummary(
         run_dir=str(run_dir),
         last_step=last_step,
@@ -153,6 +159,7 @@ def summarize_run(run_dir: str | Path, config: MonitorConfig | None = None) -> R
         seq_residual=_mean(series, "approx/seq_residual"),
         len_mean=_mean(series, "response/len_mean"),
         first_alert=(first.step, first.detector) if first else None,
+        first_collapse_alert=(first_c.step, first_c.detector) if first_c else None,
         series=series,
     )
 
