@@ -255,3 +255,27 @@ def test_non_finite_batch_stops_cleanly_and_keeps_the_record(tiny_config, monkey
     reader = RunReader(cfg.resolved_run_dir)
     assert any(a.severity == "critical" for a in reader.alerts())
     assert "non-finite" in reader.events(kind="nonfinite")[0].detail["error"]
+
+
+def test_failed_weight_sync_stops_the_run_with_one_clear_error(tiny_config, monkeypatch):
+    from monitor.errors import UserError
+    from trainer.engines.base import WeightSyncError
+    from trainer.engines.torch_engine import TorchInferenceEngine
+
+    cfg = tiny_config(train={"steps": 3})
+    original = TorchInferenceEngine.update_weights
+    calls = {"n": 0}
+
+    def fail_second(self, model):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise WeightSyncError("engine differs from the model by 0.5")
+        return original(self, model)
+
+    monkeypatch.setattr(TorchInferenceEngine, "update_weights", fail_second)
+    with pytest.raises(UserError, match=r"step 2: weight sync .* failed verification"):
+        train(cfg, progress=False)
+    reader = RunReader(cfg.resolved_run_dir)
+    steps, _ = _series(cfg.resolved_run_dir, "reward/mean")
+    assert steps == [1]  # step 2 was never logged: its weights never reached the engine
+    assert reader.status() == "crashed"

@@ -32,7 +32,7 @@ from trainer.checkpoints import (
 from trainer.coldstart import cold_start
 from trainer.config import RunConfig, config_to_dict, dump_config, load_config
 from trainer.controls import Controls, Rejected, Request, apply_action
-from trainer.engines.base import InferenceEngine
+from trainer.engines.base import InferenceEngine, WeightSyncError
 from trainer.engines.factory import make_inference_engine
 from trainer.engines.training import TrainingEngine
 from trainer.evaluate import evaluate
@@ -186,6 +186,18 @@ def train(
     except KeyboardInterrupt:
         stopped = "interrupted"
         bar.message(f"interrupted after step {step}; resume with --resume")
+    except WeightSyncError as err:
+        # the engine no longer computes what the policy computes: every later IS weight
+        # would be wrong, so the run stops (its record and last checkpoint stay)
+        mon.event("crash", {"step": step, "error": f"weight sync failed: {err}"})
+        mon.close()
+        if engine is not None:
+            engine.close()
+        raise UserError(
+            f"step {step}: weight sync into the inference engine failed verification ({err}); "
+            f"the run stopped, its store is intact; `minirl train --resume` continues from "
+            f"the last checkpoint"
+        ) from None
     except BaseException as err:
         mon.event("crash", {"step": step, "error": f"{type(err).__name__}: {err}"})
         mon.close()

@@ -56,6 +56,11 @@ class Rollout:
         return self.response_mask.sum(dim=1)
 
 
+class WeightSyncError(RuntimeError):
+    """After a weight sync the inference engine does not compute what the training
+    model computes: the run must stop rather than drift silently."""
+
+
 class InferenceEngine(Protocol):
     """Samples from μ_old and accepts new weights after every training step."""
 
@@ -67,8 +72,8 @@ class InferenceEngine(Protocol):
         ...
 
     def update_weights(self, model: nn.Module) -> None:
-        """Load the training model's current weights; raise if the engine cannot
-        verify that it now computes what the training model computes."""
+        """Load the training model's current weights; raise WeightSyncError if the engine
+        cannot verify that it now computes what the training model computes."""
         ...
 
     def close(self) -> None:

@@ -28,7 +28,7 @@ from torch import nn
 
 from trainer import routing
 from trainer.engines import quant
-from trainer.engines.base import Rollout, SamplingParams
+from trainer.engines.base import Rollout, SamplingParams, WeightSyncError
 from trainer.engines.config import EngineConfig
 from trainer.models import load_policy
 
@@ -209,7 +209,7 @@ class TorchInferenceEngine:
         theirs = model(input_ids=probe.to(next(model.parameters()).device)).logits.float()
         err = float((mine - theirs.cpu()).abs().max())
         if not err <= SYNC_PROBE_TOL:
-            raise RuntimeError(f"update_weights: engine differs from the model by {err:.3g}")
+            raise WeightSyncError(f"update_weights: engine differs from the model by {err:.3g}")
 
     def close(self) -> None:
         for h in self._act_hooks:

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from trainer.engines import quant
+from trainer.engines.base import WeightSyncError
 from trainer.engines.config import WeightQuant
 
 # Accepted engine-vs-training differences of log π on the probe tokens after a sync.
@@ -41,11 +42,6 @@ FP32_MAX_ABS_TOL = 1e-4
 # give 10-15x. It cannot see a sync that skipped one small step (fp32 runs can).
 BF16_MEAN_ABS_FLOOR = 5e-3
 BF16_NOISE_FACTOR = 3.0
-
-
-class WeightSyncError(RuntimeError):
-    """After a weight sync the inference engine does not compute what the training
-    model computes: the run must stop rather than drift silently."""
 
 
 @dataclass(frozen=True)
