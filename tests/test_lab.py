@@ -206,7 +206,7 @@ def test_report_from_a_synthetic_lab(tmp_path):
     text = out.read_text()
     assert "| 2/2 | 200 |" in text and "2/2 (" in text and "0/2 |" in text
     assert "Command: `minirl bench stability --x`" in text
-    assert "2. **Without IS correction: collapse with an entropy drop** — collapses 2/2" in text
+    assert "(2) Without IS correction: collapse with an entropy drop** — collapses 2/2" in text
     assert "reproduced." in text
     assert (out.parent / "stability_on_policy.png").is_file()
 

@@ -181,7 +181,7 @@ def findings(rows: Sequence[SettingRow]) -> list[str]:
         verdicts = [compare(final(base), final(n))[0] for n in others]
         ok = all(v in ("higher", "same") for v in verdicts) and coll(base).startswith("0/")
         tell = (
-            "unknown"
+            "cannot tell (too few seeds)"
             if "unknown" in verdicts or not others
             else (
                 "reproduced"
@@ -192,7 +192,7 @@ def findings(rows: Sequence[SettingRow]) -> list[str]:
             )
         )
         out.append(
-            f"1. **On-policy MiniRL best and stable** — collapses {coll(base)}; "
+            f"- **(1) On-policy MiniRL best and stable** — collapses {coll(base)}; "
             + "; ".join(f"vs {n}: {vs(base, n)}" for n in others)
             + f". → {tell}."
         )
@@ -201,7 +201,7 @@ def findings(rows: Sequence[SettingRow]) -> list[str]:
         k = lambda n: [r.kl[1] for r in by[n].runs if r.kl]  # noqa: E731
         collapsed = not coll("onpolicy_no_is").startswith("0/")
         out.append(
-            f"2. **Without IS correction: collapse with an entropy drop** — collapses "
+            f"- **(2) Without IS correction: collapse with an entropy drop** — collapses "
             f"{coll('onpolicy_no_is')} (MiniRL {coll(base)}); entropy last/first ×"
             f"{_pm(e('onpolicy_no_is'))} vs ×{_pm(e(base))}; final mismatch KL "
             f"{_pm(k('onpolicy_no_is'))} vs {_pm(k(base))}; {vs('onpolicy_no_is', base)}. → "
@@ -210,7 +210,7 @@ def findings(rows: Sequence[SettingRow]) -> list[str]:
     if base in by and "onpolicy_length_norm" in by:
         v, _ = compare(final("onpolicy_length_norm"), final(base))
         out.append(
-            f"3. **Length normalisation lower** — {vs('onpolicy_length_norm', base)}. → "
+            f"- **(3) Length normalisation lower** — {vs('onpolicy_length_norm', base)}. → "
             + {"lower": "reproduced.", "unknown": "cannot tell (too few seeds)."}.get(
                 v, "not reproduced (no lower final accuracy beyond seed noise)."
             )
@@ -218,7 +218,7 @@ def findings(rows: Sequence[SettingRow]) -> list[str]:
     if base in by and "onpolicy_r3" in by:
         v, _ = compare(final("onpolicy_r3"), final(base))
         out.append(
-            f"4. **R3 brings no gain on-policy** — {vs('onpolicy_r3', base)}. → "
+            f"- **(4) R3 brings no gain on-policy** — {vs('onpolicy_r3', base)}. → "
             + {
                 "higher": "not reproduced (R3 ahead).",
                 "unknown": "cannot tell (too few seeds).",
@@ -247,7 +247,7 @@ def findings(rows: Sequence[SettingRow]) -> list[str]:
         else:
             tell = "not reproduced (no setting collapses or falls behind beyond seed noise)"
         out.append(
-            f"5.{n} **Off-policy {n}×: clipping and routing replay needed** — "
+            f"- **(5, {n}×) Off-policy {n}×: clipping and routing replay needed** — "
             + "; ".join(parts)
             + f". → {tell}."
         )
@@ -263,8 +263,8 @@ def findings(rows: Sequence[SettingRow]) -> list[str]:
                 else "not reproduced"
             )
             out.append(
-                f"6.{n} **{claim} at {n}×** — R2 {vs(f'offpolicy{n}x_r2', f'offpolicy{n}x_r3')}"
-                f" (R3). → {tell}."
+                f"- **(6, {n}×) {claim} at {n}×** — R2 "
+                f"{vs(f'offpolicy{n}x_r2', f'offpolicy{n}x_r3')} (R3). → {tell}."
             )
     return out
 
@@ -379,10 +379,12 @@ def write_stability_report(
     seeds = sorted({s.key.split("/")[1] for s in specs})
     kl0 = [r.kl[0] for r in all_runs if r.kl]
     flips = [r.routing_flip for r in all_runs if r.routing_flip is not None]
+    ran = manifest.meta.get("command", command)
+    also = "" if ran == command else f" (this report: `{command}`)"
     lines = [
         "# Stability lab: the paper's matrix at small scale",
         "",
-        f"Command: `{command}` (lab directory `{lab_dir}`). Runs: {done} of {total} finished, "
+        f"Command: `{ran}`{also}, lab directory `{lab_dir}`. Runs: {done} of {total} finished, "
         f"{len(all_runs)} with data; seeds planned per setting: {len(seeds)}. Rows with fewer "
         "finished runs than planned come from a lab still running (or interrupted): the "
         "tables aggregate finished runs only, and say how many each row has.",

@@ -39,6 +39,7 @@ from types import ModuleType
 from typing import Any
 
 from monitor.errors import UserError
+from trainer.lab.speed_stats import median_ci, median_ratio_ci
 from trainer.lab.speed_trl import setup_trl_venv, trl_comparison, trl_python
 
 REPO = Path(__file__).resolve().parents[2]
@@ -61,45 +62,6 @@ class Effort:
 
 QUICK = Effort(pairs=4, warmup=1, trl_rounds=1, trl_steps=2, engine_repeats=2,
                write_steps=200, load_steps=5000)  # fmt: skip
-
-
-# --------------------------------------------------------------------------- statistics
-
-
-def median_ratio_ci(
-    num: list[float], den: list[float], reps: int = 2000, seed: int = 0
-) -> tuple[float, float, float]:
-    """median(num)/median(den) − 1 and its paired-bootstrap 95 % interval (pairs are
-    resampled together)."""
-    import numpy as np
-
-    a, b = _paired(num, den)
-    idx = np.random.default_rng(seed).integers(0, a.size, size=(reps, a.size))
-    boot = np.median(a[idx], axis=1) / np.median(b[idx], axis=1) - 1.0
-    lo, hi = np.quantile(boot, [0.025, 0.975])
-    return float(np.median(a) / np.median(b) - 1.0), float(lo), float(hi)
-
-
-def median_ci(values: list[float], reps: int = 2000, seed: int = 0) -> tuple[float, float, float]:
-    """Median of per-pair values (ratios − 1, differences) and its bootstrap 95 % interval:
-    the paired estimate, in which the load that both arms of a pair shared cancels."""
-    import numpy as np
-
-    v = np.asarray(values, dtype=float)
-    if v.size == 0:
-        raise ValueError("need at least one pair")
-    idx = np.random.default_rng(seed).integers(0, v.size, size=(reps, v.size))
-    lo, hi = np.quantile(np.median(v[idx], axis=1), [0.025, 0.975])
-    return float(np.median(v)), float(lo), float(hi)
-
-
-def _paired(num: list[float], den: list[float]) -> tuple[Any, Any]:
-    import numpy as np
-
-    a, b = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
-    if a.shape != b.shape or a.size == 0:
-        raise ValueError(f"need paired samples, got {a.size} and {b.size}")
-    return a, b
 
 
 def _med(xs: list[float]) -> float:
@@ -212,8 +174,9 @@ def diagnostics_overhead(s: Setup, effort: Effort, root: Path) -> dict[str, Any]
 
 
 def _profile_step(s: Setup, steps: int) -> list[tuple[str, float, float]]:
-    """What `rl_step` (diagnostics on) calls directly, by cumulative time per step under
-    cProfile: (callee, ms per step, calls per step), largest first."""
+    """Where a diagnostics-on `rl_step` spends its time, under cProfile: what it calls
+    directly, plus every public `minirl` function (the diagnostics are behind a no_grad
+    wrapper, so they are not direct callees). (name, ms per step, calls per step)."""
     import cProfile
     import pstats
 
@@ -227,14 +190,16 @@ def _profile_step(s: Setup, steps: int) -> list[tuple[str, float, float]]:
         rl_step(examples, s.policy, s.engine, s.task, s.controls, s.cfg.sampling, seed=i)
         prof.disable()
     stats = pstats.Stats(prof).stats  # {(file, line, func): (cc, nc, tt, ct, callers)}
-    rows = []
-    for (file, _, func), (_, _, _, _, callers) in stats.items():
-        for (cfile, _, cfunc), (_, ncalls, _, cum) in callers.items():
-            if cfunc == "rl_step" and cfile.endswith("step.py"):
-                where = f"{Path(file).parent.name}/{Path(file).name}" if file != "~" else ""
-                rows.append((f"{where}:{func}" if where else func, 1e3 * cum / steps,
-                             ncalls / steps))  # fmt: skip
-    return sorted(rows, key=lambda r: -r[1])
+    rows: dict[str, tuple[str, float, float]] = {}
+    for (file, _, func), (_, ncalls, _, cum, callers) in stats.items():
+        path = Path(file)
+        name = f"{path.parent.name}/{path.name}:{func}" if file != "~" else func
+        if path.parent.name == "minirl" and not func.startswith("_"):
+            rows[name] = (name, 1e3 * cum / steps, ncalls / steps)
+        for (cfile, _, cfunc), (_, calls, _, ccum) in callers.items():
+            if cfunc == "rl_step" and cfile.endswith("step.py") and func != "decorate_context":
+                rows[name] = (name, 1e3 * ccum / steps, calls / steps)
+    return sorted(rows.values(), key=lambda r: -r[1])
 
 
 # --------------------------------------------------------------------------- 3-4. bench scripts

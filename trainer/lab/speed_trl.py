@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from monitor.errors import UserError
+from trainer.lab.speed_stats import median_ratio_ci
 
 REPO = Path(__file__).resolve().parents[2]
 TRL_VENV = REPO / "bench" / ".venv-trl"
@@ -156,7 +157,10 @@ def trl_comparison(
         for engine in engines.values():
             if engine is not s.engine:
                 engine.close()
-    return {"trl": trl_rows, "ours": ours, **info}
+    # TRL ÷ ours per rollout: step k of round r used the same prompts on both sides
+    speedup = {k: median_ratio_ci([t["wall"] for t in trl_rows], [o["wall"] for o in v])
+               for k, v in ours.items()}  # fmt: skip
+    return {"trl": trl_rows, "ours": ours, "speedup": speedup, **info}
 
 
 def _engine_label(e: Any) -> str:

@@ -168,6 +168,6 @@ def fmt(x: float | None, digits: int = 3) -> str:
     """A number for a table cell; '-' when missing."""
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return "-"
-    if x != 0 and (abs(x) < 1e-2 or abs(x) >= 1e4):
+    if x != 0 and (abs(x) < 1e-3 or abs(x) >= 1e4):
         return f"{x:.2e}"
     return f"{x:.{digits}f}"
