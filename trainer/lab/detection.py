@@ -324,6 +324,9 @@ def write_detection_report(runs: Sequence[Labelled], out: Path, command: str) ->
                 f"| {which} | {item} | {len(hit_c)}/{n_c} | {len(hit_s)}/"
                 f"{len(runs) - n_c} | {fmt(float(np.median(steps)), 0)} |"
             )
+    notes = out.with_name(f"{out.stem}_notes.md")
+    if notes.is_file():  # hand-written context kept across regenerations
+        lines += ["", f"## Notes (from `{notes.name}`, written by hand)", "", notes.read_text()]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")
 
