@@ -5,6 +5,7 @@ against hand-derived values, and the fail-fast checks before any long work."""
 from __future__ import annotations
 
 import math
+import os
 import re
 import time
 
@@ -13,7 +14,8 @@ import pytest
 from monitor.errors import UserError
 from trainer.config import dump_config
 from trainer.lab import speed
-from trainer.lab.speed import median_ci, median_ratio_ci
+from trainer.lab.speed_stats import median_ci, median_ratio_ci
+from trainer.lab.speed_trl import TRL_VENV
 
 
 def test_median_ratio_is_the_ratio_of_medians_minus_one():
@@ -97,3 +99,29 @@ def test_quick_mode_writes_every_part(tiny_config, tmp_path):
     # PyTorch engine rows only (vLLM skipped), and the long store was really read back
     assert "| PyTorch fp32 |" in text and "| vLLM" not in text
     assert "1,000-step × 80-metric store" in text
+
+
+@pytest.mark.skipif(
+    not os.environ.get("MINIRL_TEST_TRL") or not (TRL_VENV / "bin" / "python").is_file(),
+    reason="opt-in (MINIRL_TEST_TRL=1): needs bench/.venv-trl (`minirl bench speed "
+    "--setup-trl`) and about two minutes",
+)
+def test_trl_part_on_the_tiny_model(tiny_config, tmp_path):
+    cfg = tiny_config()
+    path = tmp_path / "tiny.yaml"
+    path.write_text(dump_config(cfg))
+    out = tmp_path / "speed.md"
+    argv = [str(path), "--quick", "--skip", "diagnostics", "--skip", "vllm", "--skip", "store",
+            "--threads", "1", "--out", str(out)]  # fmt: skip
+    assert speed.main(argv) == 0
+    text = out.read_text()
+    row = re.search(r"^\| TRL [\d.]+ GRPOTrainer [^|]*\| ([\d.]+) \| ([\d.]+) \| 1\.00 \| "
+                    r"([\d.]+) \|", text, flags=re.M)  # fmt: skip
+    assert row, text
+    wall, cpu, length = map(float, row.groups())
+    assert wall > 0 and cpu > 0
+    assert 1 <= length <= cfg.sampling.max_new_tokens  # TRL honoured max_completion_length
+    tc = cfg.train
+    per_update = tc.prompts_per_step * cfg.sampling.n // tc.mini_batches  # one rollout, N updates
+    expected = f"per_device_train_batch_size={per_update}, steps_per_generation={tc.mini_batches}"
+    assert expected in text

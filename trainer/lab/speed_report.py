@@ -158,10 +158,15 @@ def _trl(t: dict[str, Any], cfg: Any) -> list[str]:
         "",
         "Differences that remain: TRL samples with transformers `generate` on the training "
         "model itself (μ = π, no separate inference engine, no weight sync), we sample with "
-        "a separate engine and sync verified weights after every step; with one update per "
-        "rollout TRL skips the θ_old forward pass (its old log-probs are the detached "
-        "current ones), we always run it (π_old vs μ_old is what the diagnostics measure); "
-        "our step includes the per-step diagnostics and the store write with the detectors; "
+        "a separate engine and sync verified weights after every step; "
+        + (
+            "with one update per rollout TRL skips the θ_old forward pass (its old "
+            "log-probs are the detached current ones), we always run it (π_old vs μ_old is "
+            "what the diagnostics measure); "
+            if n == 1
+            else "both run a θ_old forward pass before the updates; "
+        )
+        + "our step includes the per-step diagnostics and the store write with the detectors; "
         "TRL computes its own logged metrics (entropy, clip ratios). Response lengths differ "
         "a little because the two samplers draw different random numbers.",
     ]

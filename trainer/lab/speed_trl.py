@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -69,6 +70,7 @@ def _trl_round(s: Any, py: Path, steps: int, threads: int, root: Path) -> dict[s
         "temperature": sp.temperature, "top_p": sp.top_p, "top_k": sp.top_k,
         "eps_low": cfg.loss.eps_low, "eps_high": cfg.loss.eps_high,
         "optim": dataclasses.asdict(cfg.optim), "threads": threads, "seed": cfg.seed,
+        "user_paths": _user_paths(),
     }  # fmt: skip
     spec_path, out_path, log_path = root / "trl_spec.json", root / "trl_out.json", root / "trl.log"
     spec_path.write_text(json.dumps(spec))
@@ -85,6 +87,19 @@ def _trl_round(s: Any, py: Path, steps: int, threads: int, root: Path) -> dict[s
         per = out[key]
         out[key] = [sum(per[k * n : (k + 1) * n]) for k in range(len(per) // n)]
     return out
+
+
+def _user_paths() -> list[str]:
+    """This process's import folders that are not an installation (no stdlib, no
+    site-packages), so a `module:function` verifier imports the same in TRL's process."""
+    prefixes = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    out = []
+    for entry in sys.path:
+        path = Path(entry or os.getcwd()).resolve()
+        installed = any(path == p or p in path.parents for p in prefixes)
+        if path.is_dir() and not installed and "site-packages" not in path.parts:
+            out.append(str(path))
+    return list(dict.fromkeys(out))
 
 
 def _ours_round(s: Any, engine: Any, steps: int, mon: Any, first: int) -> list[dict]:

@@ -42,6 +42,7 @@ def main(argv: list[str]) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no hub on this machine: fail fast, not slow
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     sys.path.insert(0, str(REPO))
+    sys.path.extend(spec.get("user_paths", []))  # a user's module:function verifier
 
     import datasets
     import torch
