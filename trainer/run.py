@@ -114,7 +114,9 @@ def train(
     engine: InferenceEngine | None = None
     bar = Progress(first_step, tc.steps) if progress else NoProgress()
     step = first_step - 1
+    logged = step  # the last step whose record is in the store
     stopped = "completed"
+    partial = False
     evals: list[float] = []
     try:
         if resume:
@@ -160,6 +162,7 @@ def train(
                 # monitor's remediation roll back, or stop with the reason
                 mon.event("nonfinite", {"step": step, "error": str(err)})
                 mon.log(step, {"optim/loss": math.nan})
+                logged = step
                 if not any(a.kind == "rollback" for a in mon.pending_actions()):
                     stopped = "non-finite"
                     bar.message(f"step {step}: {err}; stopping (no rollback requested)")
@@ -176,6 +179,7 @@ def train(
                 evals.append(acc["eval/acc"])
                 scalars.update(acc)
             alerts = mon.log(step, scalars, result.distributions)
+            logged = step
             for alert in alerts:
                 if alert.severity != "info":
                     bar.message(f"step {step}: {alert.severity}: {alert.message}")
@@ -185,6 +189,9 @@ def train(
                 _checkpoint(mon, run_dir, step, policy, controls, cfg.keep_checkpoints)
     except KeyboardInterrupt:
         stopped = "interrupted"
+        # a step cut short is not in the store and its updates may be half-applied: no
+        # checkpoint of it, so --resume redoes it from the last checkpoint
+        partial, step = step != logged, logged
         bar.message(f"interrupted after step {step}; resume with --resume")
     except WeightSyncError as err:
         # the engine no longer computes what the policy computes: every later IS weight
@@ -204,7 +211,7 @@ def train(
         if engine is not None:
             engine.close()
         raise
-    if step >= first_step or stopped != "completed":
+    if (step >= first_step or stopped != "completed") and not partial:
         _checkpoint(mon, run_dir, step, policy, controls, cfg.keep_checkpoints)
     mon.event("stop", {"step": step, "reason": stopped})
     mon.close()
