@@ -169,8 +169,45 @@ def diagnostics_overhead(s: Setup, effort: Effort, root: Path) -> dict[str, Any]
     # difference is pure noise, so the step without it measures the overhead more tightly
     net = [((a["wall"] - a["rollout"]) - (b["wall"] - b["rollout"])) / base for a, b in pairs]
     out["net_paired"] = median_ci(net)
+    # the one cost hidden inside the noisy updates: routing recorded in their forwards
+    out["recording"] = tuple(x / base for x in _recording_cost(s, effort.pairs))
     out["profile"] = _profile_step(s, steps=3)
     return out
+
+
+def _recording_cost(s: Setup, pairs: int) -> tuple[float, float, float]:
+    """Seconds that recording e^π_θ adds to one rollout's updates (forward + backward of
+    each mini-batch, as in section 5), measured alone: record on/off alternated on one
+    rollout's batch. Median per-pair difference and its 95 % interval; 0 for a dense
+    model, which records nothing."""
+    if not s.policy.is_moe:
+        return (0.0, 0.0, 0.0)
+    from trainer.evaluate import encode_prompts
+
+    s.policy.load_state_dict(s.snapshot)
+    prompts = encode_prompts(s.policy.tokenizer, [ex.prompt for ex in s.examples(0)])
+    ro = s.engine.generate(prompts, s.cfg.sampling, seed=0)
+    batches = s.cfg.train.mini_batches
+    rows = ro.batch_size // batches
+
+    def updates(record: bool) -> float:
+        t0 = time.perf_counter()
+        for m in range(batches):
+            mb = slice(m * rows, (m + 1) * rows)
+            logp, _, _ = s.policy.forward_logprobs(
+                ro.input_ids[mb], ro.attention_mask[mb], ro.response_mask[mb], record=record
+            )
+            (-logp.sum()).backward()
+            s.policy.model.zero_grad(set_to_none=True)
+        return time.perf_counter() - t0
+
+    updates(True), updates(False)  # warm-up
+    diffs = []
+    for i in range(pairs):
+        order = (True, False) if i % 2 == 0 else (False, True)
+        t = {flag: updates(flag) for flag in order}
+        diffs.append(t[True] - t[False])
+    return median_ci(diffs)
 
 
 def _profile_step(s: Setup, steps: int) -> list[tuple[str, float, float]]:
