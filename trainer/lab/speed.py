@@ -212,8 +212,8 @@ def _recording_cost(s: Setup, pairs: int) -> tuple[float, float, float]:
 
 def _profile_step(s: Setup, steps: int) -> list[tuple[str, float, float]]:
     """Where a diagnostics-on `rl_step` spends its time, under cProfile: what it calls
-    directly, plus every public `minirl` function (the diagnostics are behind a no_grad
-    wrapper, so they are not direct callees). (name, ms per step, calls per step)."""
+    directly, plus every public function of `minirl/` and `trainer/engines/` (those behind
+    a no_grad wrapper are not direct callees). (name, ms per step, calls per step)."""
     import cProfile
     import pstats
 
@@ -231,7 +231,8 @@ def _profile_step(s: Setup, steps: int) -> list[tuple[str, float, float]]:
     for (file, _, func), (_, ncalls, _, cum, callers) in stats.items():
         path = Path(file)
         name = f"{path.parent.name}/{path.name}:{func}" if file != "~" else func
-        if path.parent.name == "minirl" and not func.startswith("_"):
+        ours = path.parent.name in ("minirl", "engines") and REPO in path.parents
+        if ours and not func.startswith(("_", "<")):  # no_grad-wrapped ones hide behind a wrapper
             rows[name] = (name, 1e3 * cum / steps, ncalls / steps)
         for (cfile, _, cfunc), (_, calls, _, ccum) in callers.items():
             if cfunc == "rl_step" and cfile.endswith("step.py") and func != "decorate_context":

@@ -111,7 +111,8 @@ def _diagnostics(d: dict[str, Any], target: float) -> list[str]:
         f"{_verdict((total[0], total[0], total[1]), target)} the {100 * target:.0f} % target.",
         "",
         "Where a diagnostics-on step spends its time: the functions `rl_step` calls "
-        "directly and every public `minirl` function (nested calls are inside their "
+        "directly and every public function of `minirl/` and `trainer/engines/` (nested "
+        "calls are inside their "
         "caller's time), cumulative, under cProfile (3 steps; the profiler inflates "
         "Python-heavy code a little):",
         "",
