@@ -115,7 +115,7 @@ def test_trl_part_on_the_tiny_model(tiny_config, tmp_path):
             "--threads", "1", "--out", str(out)]  # fmt: skip
     assert speed.main(argv) == 0
     text = out.read_text()
-    row = re.search(r"^\| TRL [\d.]+ GRPOTrainer [^|]*\| ([\d.]+) \| ([\d.]+) \| 1\.00 \| "
+    row = re.search(r"^\| TRL [\d.]+ GRPOTrainer [^|]*\| ([\d.]+) \| ([\d.]+) \| 1\.00 \| 1\.00 \| "
                     r"([\d.]+) \|", text, flags=re.M)  # fmt: skip
     assert row, text
     wall, cpu, length = map(float, row.groups())

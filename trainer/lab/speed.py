@@ -53,8 +53,8 @@ class Effort:
 
     pairs: int = 40
     warmup: int = 2
-    trl_rounds: int = 3
-    trl_steps: int = 5
+    trl_rounds: int = 5
+    trl_steps: int = 3
     engine_repeats: int = 5
     write_steps: int = 2000
     load_steps: int = 100_000
@@ -310,8 +310,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--skip", action="append", default=[], choices=PARTS,
                    help="leave a part out (vllm: the vLLM rows of part 3)")  # fmt: skip
     p.add_argument("--pairs", type=int, help="diagnostics on/off pairs (default 40, quick 4)")
-    p.add_argument("--trl-rounds", type=int, help="TRL/ours rounds (default 3, quick 1)")
-    p.add_argument("--trl-steps", type=int, help="timed rollouts per round (default 5)")
+    p.add_argument("--trl-rounds", type=int, help="TRL/ours rounds (default 5, quick 1)")
+    p.add_argument("--trl-steps", type=int, help="timed rollouts per round (default 3)")
     p.add_argument("--load-steps", type=int, help="steps of the long store (default 100000)")
     p.add_argument("--threads", type=int, help="torch threads, training side and TRL "
                    "(default: the run config's threads)")  # fmt: skip

@@ -173,8 +173,11 @@ def trl_comparison(
             if engine is not s.engine:
                 engine.close()
     # TRL ÷ ours per rollout: step k of round r used the same prompts on both sides
-    speedup = {k: median_ratio_ci([t["wall"] for t in trl_rows], [o["wall"] for o in v])
-               for k, v in ours.items()}  # fmt: skip
+    speedup = {
+        key: {k: median_ratio_ci([t[key] for t in trl_rows], [o[key] for o in v])
+              for k, v in ours.items()}
+        for key in ("wall", "cpu")
+    }  # fmt: skip
     return {"trl": trl_rows, "ours": ours, "speedup": speedup, **info}
 
 
