@@ -2,7 +2,7 @@
 
     bench/.venv-trl/bin/python trainer/lab/trl_step.py SPEC.json OUT.json
 
-Runs in TRL's own environment (`bench/.venv-trl`, see `trainer/lab/speed.py`), never
+Runs in TRL's own environment (`bench/.venv-trl`, see `trainer/lab/speed_trl.py`), never
 imported by our code: TRL pins its own transformers/accelerate/datasets. SPEC.json says
 what to match (checkpoint, prompts and answers in step order, group size, lengths,
 updates per rollout, optimiser, threads, the task config for the reward); OUT.json gets
