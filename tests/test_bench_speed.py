@@ -4,6 +4,7 @@ against hand-derived values, and the fail-fast checks before any long work."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -99,6 +100,11 @@ def test_quick_mode_writes_every_part(tiny_config, tmp_path):
     # PyTorch engine rows only (vLLM skipped), and the long store was really read back
     assert "| PyTorch fp32 |" in text and "| vLLM" not in text
     assert "1,000-step × 80-metric store" in text
+    # every raw timing beside the page, both arms of every pair
+    raw = json.loads(out.with_suffix(".json").read_text())
+    pairs = raw["results"]["diagnostics"]["rows"]
+    assert len(pairs["true"]) == len(pairs["false"]) == 3
+    assert raw["command"].startswith("minirl bench speed ")
 
 
 @pytest.mark.skipif(

@@ -18,8 +18,9 @@ one process measures, in this order, with the load average noted at start and en
 3. rollout throughput, vLLM vs PyTorch engine (`bench/vllm_bench.py`'s `measure`);
 4. run-store write throughput and long-run load time (`bench/store_bench.py`).
 
-Writes Markdown (--out) with the exact command and machine facts. It deliberately owns
-no measurement code of parts 3-4 (it imports the bench scripts) and does not tune anything.
+Writes Markdown (--out) with the exact command and machine facts, and every raw timing
+beside it (same name, .json). It deliberately owns no measurement code of parts 3-4 (it
+imports the bench scripts) and does not tune anything.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import argparse
 import copy
 import dataclasses
 import importlib.util
+import json
 import os
 import shlex
 import statistics
@@ -374,8 +376,11 @@ def main(argv: list[str]) -> int:
     text = render(cfg, effort, results, facts, f"minirl bench speed {argv_text}".strip())
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
+    raw = {"command": f"minirl bench speed {argv_text}".strip(), "machine": facts,
+           "effort": dataclasses.asdict(effort), "results": results}  # fmt: skip
+    out.with_suffix(".json").write_text(json.dumps(raw, indent=1, default=str) + "\n")
     print(text)
-    _say(f"-> {out}")
+    _say(f"-> {out} (every timing: {out.with_suffix('.json').name})")
     return 0
 
 
