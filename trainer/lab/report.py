@@ -147,8 +147,9 @@ def run_table(rows: Sequence[SettingRow]) -> list[str]:
                     else f"{r.last_step} (non-finite)"
                 )
             )
+            stopped = (r.stopped or "running")[:90]
             lines.append(
-                f"| {row.name}/{Path(r.run_dir).name} | {r.last_step} | {r.stopped or 'running'} | "
+                f"| {row.name}/{Path(r.run_dir).name} | {r.last_step} | {stopped} | "
                 f"{fmt(r.peak_eval)} ({r.peak_step}) | {fmt(r.final_eval)} | {onset} | "
                 f"{fmt(r.routing_flip)} | {fmt(r.seq_residual)} | {fmt(r.len_mean, 1)} |"
             )

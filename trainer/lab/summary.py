@@ -52,6 +52,7 @@ class RunSummary:
     last_step: int | None
     steps_planned: int | None
     stopped: str | None
+    """The last stop event's reason, or `crash at step N: error` after a crash."""
     eval0: float | None
     """Held-out accuracy after the cold start (step 0)."""
     peak_eval: float | None
@@ -77,7 +78,12 @@ class RunSummary:
 
     @property
     def finished(self) -> bool:
-        return self.stopped in ("completed", "non-finite", "stop action")
+        """The outcome is known: the run ran to its end or diverged, or it crashed after
+        its collapse onset (the collapse is already on record)."""
+        ended = self.stopped in ("completed", "non-finite", "stop action")
+        return ended or (
+            self.stopped is not None and self.stopped.startswith("crash") and self.onset is not None
+        )
 
     @property
     def collapsed(self) -> bool:
@@ -131,6 +137,7 @@ def summarize_run(run_dir: str | Path, config: MonitorConfig | None = None) -> R
         series = reader.scalars(SERIES)
         alerts = [a for a in reader.alerts() if severity_rank(a.severity) >= 1]
         stops = reader.events("stop")
+        crashes = reader.events("crash")
         last_step = reader.last_step()
     planned = (meta.config or {}).get("train", {}).get("steps")
     es, ev = series["eval/acc"]
@@ -139,6 +146,9 @@ def summarize_run(run_dir: str | Path, config: MonitorConfig | None = None) -> R
     peak = int(np.argmax(ev)) if len(ev) else None
     entropy = trend(*series["policy/entropy"])
     kl = trend(*series["mismatch/kl_k1"])
+    stopped = str(stops[-1].detail.get("reason")) if stops else None
+    if crashes and (not stops or crashes[-1].id > stops[-1].id):
+        stopped = f"crash at step {crashes[-1].step}: {crashes[-1].detail.get('error', '')}"
     first = min(alerts, key=lambda a: (a.step, a.id)) if alerts else None
     watch = (config or MonitorConfig()).remediation.collapse_detectors
     collapse_alerts = [a for a in alerts if a.detector in watch]
@@ -147,7 +157,7 @@ def summarize_run(run_dir: str | Path, config: MonitorConfig | None = None) -> R
         run_dir=str(run_dir),
         last_step=last_step,
         steps_planned=int(planned) if planned is not None else None,
-        stopped=str(stops[-1].detail.get("reason")) if stops else None,
+        stopped=stopped,
         eval0=float(ev[0]) if len(ev) and es[0] == 0 else None,
         peak_eval=float(ev[peak]) if peak is not None else None,
         peak_step=int(es[peak]) if peak is not None else None,
