@@ -306,3 +306,26 @@ def test_rlwatch_is_fed_our_metrics_through_its_api():
 
 def test_summary_of_a_missing_run_is_none(tmp_path):
     assert summarize_run(tmp_path / "nothing") is None
+
+
+def test_relative_config_keeps_only_baseline_change_rules():
+    from monitor.config import LevelRule
+
+    cfg = detection.relative_config()
+    rules = [getattr(cfg.detectors, f) for f in cfg.detectors.__dataclass_fields__]
+    levels = [r for r in rules if isinstance(r, LevelRule)]
+    assert levels and all(r.warn_level is None and r.crit_level is None for r in levels)
+    # the fp4 lab's mismatch level (k1 ≈ 3e-2 > warn 2e-2) no longer alerts by itself...
+    stream = [(s, {"mismatch/kl_k1": 0.03 * (1 + 0.01 * (s % 3))}) for s in range(1, 60)]
+    assert "train_inference_kl" in ours_first_alerts(stream)
+    assert "train_inference_kl" not in ours_first_alerts(stream, cfg)
+    # ...while a 10x jump against the run's own baseline still does
+    jump = [*stream, (60, {"mismatch/kl_k1": 0.3})]
+    assert ours_first_alerts(jump, cfg)["train_inference_kl"] == 60
+
+
+def test_the_tuning_split_is_fixed_and_about_half():
+    keys = [f"lab/s{i}/seed{j}" for i in range(20) for j in range(3)]
+    tuning = [detection.in_tuning_set(k) for k in keys]
+    assert tuning == [detection.in_tuning_set(k) for k in keys]
+    assert 15 <= sum(tuning) <= 45
