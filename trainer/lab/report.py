@@ -103,11 +103,11 @@ def _alerts(firsts: Sequence[tuple[int, str] | None]) -> str:
 
 def setting_table(rows: Sequence[SettingRow]) -> list[str]:
     head = (
-        "| setting | finished runs / planned | steps | held-out acc at 0 | peak | final | "
-        "collapsed (onset steps) | entropy first → last 10 % | mismatch KL k1 first → last "
+        "| setting | finished runs / planned | steps | held-out acc at 0 | peak | final | late |"
+        " collapsed (onset steps) | entropy first → last 10 % | mismatch KL k1 first → last "
         "| first alert: step (detector), per seed | first collapse-detector alert |"
     )
-    lines = [head, "|" + "---|" * 11]
+    lines = [head, "|" + "---|" * 12]
     for row in rows:
         runs = row.runs
         steps = sorted({r.last_step for r in runs if r.last_step is not None})
@@ -123,7 +123,7 @@ def setting_table(rows: Sequence[SettingRow]) -> list[str]:
             f"| {row.label} (`{row.name}`) | {len(runs)}/{row.planned}"
             f"{f' (+{len(row.in_progress)} running)' if row.in_progress else ''} | "
             f"{steps_s} | {_pm(row.values('eval0'))} | {_pm(row.values('peak_eval'))} | "
-            f"{_pm(row.values('final_eval'))} | {coll} | "
+            f"{_pm(row.values('final_eval'))} | {_pm(row.values('late_eval'))} | {coll} | "
             f"{_arrow([r.entropy for r in runs if r.entropy])} | "
             f"{_arrow([r.kl for r in runs if r.kl])} | {alert_s} | {coll_s} |"
         )
@@ -161,10 +161,10 @@ def run_table(rows: Sequence[SettingRow]) -> list[str]:
 
 def findings(rows: Sequence[SettingRow]) -> list[str]:
     """The paper's claims, one line each, with the numbers and a verdict."""
-    by = {r.name: r for r in rows}
+    by = {r.name: r for r in rows if r.runs}
 
     def final(name: str) -> list[float]:
-        return by[name].values("final_eval") if name in by else []
+        return by[name].values("late_eval") if name in by else []
 
     def coll(name: str) -> str:
         row = by.get(name)
@@ -173,7 +173,7 @@ def findings(rows: Sequence[SettingRow]) -> list[str]:
     def vs(a: str, b: str) -> str:
         verdict, delta = compare(final(a), final(b))
         d = "-" if delta is None else f"{delta:+.3f}"
-        return f"final {_pm(final(a))} vs {_pm(final(b))} (Δ {d}: {verdict})"
+        return f"late {_pm(final(a))} vs {_pm(final(b))} (Δ {d}: {verdict})"
 
     out = []
     base = "onpolicy_minirl"
@@ -230,7 +230,7 @@ def findings(rows: Sequence[SettingRow]) -> list[str]:
         if not any(x in by for x in names):
             continue
         parts = [
-            f"{x.split('_', 1)[1]}: final {_pm(final(x))}, collapses {coll(x)}"
+            f"{x.split('_', 1)[1]}: late {_pm(final(x))}, collapses {coll(x)}"
             for x in names
             if x in by
         ]
@@ -400,12 +400,14 @@ def write_stability_report(
         f"over the first 10 % of steps {_pm(kl0)}; routing flips (token×layer top-k sets "
         f"differing, vLLM vs trainer) {_pm(flips)}.",
         "",
-        "Definitions: *peak*/*final* = highest/last held-out accuracy (`eval/acc`, sampled, 200 "
-        "held-out prompts × 2 samples); *collapsed* = a collapse onset on `reward/acc` or "
-        "`eval/acc` by `monitor.analyze.find_onset` (running median lost ≥ 50 % of its gain; "
-        "onset where a fifth of the fall is done), or a run stopped by non-finite values; "
-        "never from the detectors. *first alert* = the first warning/critical alert the live "
-        "monitor stored (remediation off). Values are mean ± sd over seeds.",
+        "Definitions: *peak*/*final* = highest/last held-out accuracy (`eval/acc`, sampled, "
+        "200 held-out prompts × 2 samples); *late* = mean of the last 5 evaluations (the "
+        "last 50 steps of a 200-step run), which the comparisons use; *collapsed* = a "
+        "collapse onset on `reward/acc` or `eval/acc` by `monitor.analyze.find_onset` "
+        "(running median lost ≥ 50 % of its gain; onset where a fifth of the fall is done), "
+        "or a run stopped by non-finite values; never from the detectors. *first alert* = "
+        "the first warning/critical alert the live monitor stored (remediation off). Values "
+        "are mean ± sd over seeds.",
         "",
         "## Per setting",
         "",

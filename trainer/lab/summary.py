@@ -40,6 +40,7 @@ SERIES = (
     "optim/grad_norm",
     "optim/lr",
 )
+LATE_EVALS = 5
 TREND_FRAC = 0.1
 """Trends compare the mean of the first and of the last 10 % of the RL steps."""
 
@@ -59,6 +60,9 @@ class RunSummary:
     peak_step: int | None
     final_eval: float | None
     """The last evaluation's held-out accuracy."""
+    late_eval: float | None
+    """Mean held-out accuracy of the last LATE_EVALS evaluations after step 0: what the
+    comparisons use, since an unstable policy swings by 20 points between evaluations."""
     onset: Onset | None
     """The earlier collapse onset of reward/acc and eval/acc; None: no collapse."""
     entropy: tuple[float, float] | None
@@ -162,6 +166,7 @@ def summarize_run(run_dir: str | Path, config: MonitorConfig | None = None) -> R
         peak_eval=float(ev[peak]) if peak is not None else None,
         peak_step=int(es[peak]) if peak is not None else None,
         final_eval=float(ev[-1]) if len(ev) else None,
+        late_eval=float(np.mean(ev[es > 0][-LATE_EVALS:])) if (es > 0).any() else None,
         onset=collapse_onset(series, config),
         entropy=entropy,
         kl=kl,
