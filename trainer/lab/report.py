@@ -239,14 +239,19 @@ def findings(rows: Sequence[SettingRow]) -> list[str]:
         unstable = sum(r.collapsed for x in noclip for r in by[x].runs)
         stable = sum(r.collapsed for x in safe for r in by[x].runs)
         worse = [compare(final(a), final(b))[0] for a in noclip for b in safe]
+        few = min((len(by[x].runs) for x in noclip + safe), default=0) < 2
         if not noclip or not safe:
             tell = "cannot tell (settings missing)"
-        elif unstable > stable or (worse and all(w == "lower" for w in worse)):
-            tell = "reproduced (the settings without clipping do worse)"
-        elif "unknown" in worse:
-            tell = "cannot tell (too few seeds)"
+        elif few:
+            tell = (
+                "the paper's direction on fewer than 2 seeds per setting (not yet a test)"
+                if unstable > stable
+                else "cannot tell (fewer than 2 seeds per setting)"
+            )
+        elif unstable > stable or all(w == "lower" for w in worse):
+            tell = "reproduced (the settings without clipping collapse more or end lower)"
         else:
-            tell = "not reproduced (no setting collapses or falls behind beyond seed noise)"
+            tell = "not reproduced (no more collapses, no lower accuracy beyond seed noise)"
         out.append(
             f"- **(5, {n}×) Off-policy {n}×: clipping and routing replay needed** — "
             + "; ".join(parts)
