@@ -14,10 +14,10 @@ the same stored metric streams, step by step, through their public APIs: our
 Scores, per monitor configuration: on collapsing runs the lead time (onset − first alert
 step; ≥ 0 is in time), late alerts (after the onset) and misses (no alert); on stable runs
 the false alarms (any alert). Tuning picks, for each monitor alike, the subset of its
-detectors (each at warning or at critical) that maximises in-time detections minus false
-alarms on the tuning runs, and the scores are reported on the other runs: a fixed split
-by a hash of the run's name (about half each, whatever subset of the lab has finished;
-`in_tuning_set`), so a partial lab already has stable and collapsing runs on both sides.
+detectors (each at warning or at critical) that maximises Youden's J (share of collapses
+alerted in time minus share of stable runs alarmed) on the tuning runs; the scores are
+reported on the other runs. The split is fixed by a hash of the run's name (about half
+each, `in_tuning_set`), so a partial lab already has both kinds of run on both sides.
 
 What it does not do: change the detectors or their thresholds (it selects among them),
 or define collapse (summary.py).
@@ -236,13 +236,17 @@ def score(runs: Sequence[Labelled], which: str, items: Iterable[str] | None = No
 
 
 def tune(runs: Sequence[Labelled], which: str) -> list[str]:
-    """Greedy forward selection of detector items: maximise in-time − false alarms."""
+    """Greedy forward selection of detector items maximising Youden's J: the share of
+    collapses alerted in time minus the share of stable runs alarmed. Balanced, so an
+    alarm that fires on every run scores 0 however many runs collapse."""
     candidates = sorted({k for r in runs for k in getattr(r, which)})
     chosen: list[str] = []
 
-    def value(items: list[str]) -> tuple[int, int]:
+    def value(items: list[str]) -> tuple[float, int]:
         s = score(runs, which, items)
-        return len(s.in_time) - s.false_alarms, -len(items)
+        hit = len(s.in_time) / s.collapsing if s.collapsing else 0.0
+        fa = s.false_alarms / s.stable if s.stable else 0.0
+        return hit - fa, -len(items)
 
     best = value(chosen)
     while True:
