@@ -324,6 +324,38 @@ def test_relative_config_keeps_only_baseline_change_rules():
     assert ours_first_alerts(jump, cfg)["train_inference_kl"] == 60
 
 
+def test_scaled_thresholds_move_the_level_and_only_the_level():
+    from monitor.config import MonitorConfig
+
+    default = MonitorConfig().detectors
+    cfg, names = detection.scaled_config(4)
+    kl, ess = cfg.detectors.train_inference_kl, cfg.detectors.train_inference_ess
+    assert kl.warn_level == pytest.approx(4 * default.train_inference_kl.warn_level)
+    assert ess.direction == "low"  # a low-side level is divided
+    assert ess.warn_level == pytest.approx(default.train_inference_ess.warn_level / 4)
+    assert kl.z_warn is None and {"train_inference_kl", "train_inference_ess"} <= names
+    # k1 steady at 1.5x the default warning level, then 3x at step 40: the default level
+    # alerts at once, x2 only at the jump, x4 never
+    warn = default.train_inference_kl.warn_level
+    stream = [(s, {"mismatch/kl_k1": warn * (1.5 if s < 40 else 3.0)}) for s in range(1, 50)]
+    first = detection.ours_scaled_first_alerts(stream)
+    assert ours_first_alerts(stream)["train_inference_kl"] == 1
+    assert first["train_inference_kl@x2"] == 40
+    assert "train_inference_kl@x4" not in first
+    assert detection._default({**first, "a": 1, "b~rel": 2}) == {"a": 1}
+
+
+def test_rlwatch_scale_makes_its_rules_less_sensitive():
+    pytest.importorskip("rlwatch")
+    # entropy 0.6 nats: under rlwatch's 1.0 floor, over the floor at scale 2 (0.5)
+    stream = [(s, {"policy/entropy": 0.6, "reward/mean": 0.4, "optim/loss": 0.1})
+              for s in range(1, 121)]  # fmt: skip
+    assert "entropy_collapse" in detection.rlwatch_first_alerts(stream)
+    assert detection.rlwatch_first_alerts(stream, 2) == {}
+    low = [(s, {**v, "policy/entropy": 0.3}) for s, v in stream]
+    assert "entropy_collapse@x2" in detection.rlwatch_first_alerts(low, 2)
+
+
 def test_the_tuning_split_is_fixed_and_about_half():
     keys = [f"lab/s{i}/seed{j}" for i in range(20) for j in range(3)]
     tuning = [detection.in_tuning_set(k) for k in keys]

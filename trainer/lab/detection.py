@@ -14,13 +14,15 @@ the same stored metric streams, step by step, through their public APIs: our
 Scores, per monitor configuration: on collapsing runs the lead time (onset − first alert
 step; ≥ 0 is in time), late alerts (after the onset) and misses (no alert); on stable runs
 the false alarms (any alert). Tuning picks, for each monitor alike, the subset of its
-detectors (each at warning or at critical) that maximises Youden's J (share of collapses
-alerted in time minus share of stable runs alarmed) on the tuning runs; the scores are
-reported on the other runs. The split is fixed by a hash of the run's name (about half
+detectors, each at warning or at critical and at one of the threshold scales `SCALES`
+(ours: absolute levels ×s, or ÷s on a low-side rule; rlwatch: its sigma multipliers ×s,
+its entropy floor ÷s), that maximises Youden's J (share of collapses alerted in time minus
+share of stable runs alarmed) on the tuning runs; the scores are reported on the other
+runs. The split is fixed by a hash of the run's name (about half
 each, `in_tuning_set`), so a partial lab already has both kinds of run on both sides.
 
-What it does not do: change the detectors or their thresholds (it selects among them),
-or define collapse (summary.py).
+What it does not do: change how a detector works (it replays each at other thresholds and
+selects among them), or define collapse (summary.py).
 """
 
 from __future__ import annotations
@@ -119,8 +121,61 @@ def _record(first: FirstAlerts, detector: str, severity: str, step: int) -> None
         first.setdefault(detector + "!", step)
 
 
+def _default(first: FirstAlerts) -> FirstAlerts:
+    """The items of the monitor as configured by default (no `~rel`, no `@x` scale)."""
+    return {k: v for k, v in first.items() if REL not in k and "@x" not in k}
+
+
 REL = "~rel"
 """Suffix of the items of `relative_config`: our rules without their absolute levels."""
+SCALES = (2, 4, 8, 16, 32)
+"""Threshold scales the tuning may pick per detector (items `detector@xS`): less
+sensitive by S. Ours at scale 1 is the default; 32 takes the warning level of
+mismatch/kl_k1 from 2e-2 to 0.64."""
+
+
+def _scaled(level: float | None, factor: float) -> float | None:
+    return None if level is None else level * factor
+
+
+def scaled_config(scale: float) -> tuple[MonitorConfig, set[str]]:
+    """Our detectors with every absolute level `scale` times less sensitive and their
+    baseline-change rules off, and the names of the rules that have a level (the only
+    ones the scale changes)."""
+    base = MonitorConfig()
+    rules, scaled = {}, set()
+    for f in dataclasses.fields(base.detectors):
+        rule = getattr(base.detectors, f.name)
+        if isinstance(rule, LevelRule) and (rule.warn_level, rule.crit_level) != (None, None):
+            k = scale if rule.direction == "high" else 1 / scale
+            rule = dataclasses.replace(
+                rule,
+                warn_level=_scaled(rule.warn_level, k),
+                crit_level=_scaled(rule.crit_level, k),
+                z_warn=None,
+                z_crit=None,
+            )
+            scaled.add(f.name)
+        rules[f.name] = rule
+    config = dataclasses.replace(base, detectors=dataclasses.replace(base.detectors, **rules))
+    return config, scaled
+
+
+def ours_scaled_first_alerts(stream: Sequence[tuple[int, dict[str, float]]]) -> FirstAlerts:
+    """`detector@xS` items: our level rules replayed at every scale of SCALES."""
+    out: FirstAlerts = {}
+    for scale in SCALES:
+        config, names = scaled_config(scale)
+        for item, step in ours_first_alerts(stream, config).items():
+            if item.rstrip("!") in names:
+                out[_at(item, scale)] = step
+    return out
+
+
+def _at(item: str, scale: float) -> str:
+    """`det!` at scale 4 -> `det@x4!` (the critical mark stays last)."""
+    crit = item.endswith("!")
+    return f"{item.rstrip('!')}@x{scale:g}" + ("!" if crit else "")
 
 
 def relative_config() -> MonitorConfig:
@@ -151,12 +206,16 @@ def ours_first_alerts(
     return first
 
 
-def rlwatch_first_alerts(stream: Iterable[tuple[int, dict[str, float]]]) -> FirstAlerts:
+def rlwatch_first_alerts(
+    stream: Iterable[tuple[int, dict[str, float]]], scale: float = 1.0
+) -> FirstAlerts:
     """First alert step of each rlwatch detector, fed through `RLWatch.log_step`.
 
     rlwatch's defaults, except that its per-run alert budget is lifted (it caps delivered
     alerts at 50, which would hide later first alerts of other detectors) and its SQLite
-    log goes to a temporary directory. Its console panels are swallowed.
+    log goes to a temporary directory. Its console panels are swallowed. `scale` > 1 makes
+    its thresholds that many times less sensitive (sigma and variance multipliers ×scale,
+    minimum drift ×scale, entropy floor ÷scale); items are then named `detector@xS`.
     """
     from rlwatch import RLWatch, RLWatchConfig
 
@@ -165,6 +224,13 @@ def rlwatch_first_alerts(stream: Iterable[tuple[int, dict[str, float]]]) -> Firs
         cfg = RLWatchConfig(run_id="lab", framework="manual")
         cfg.storage.log_dir = tmp
         cfg.alerts.max_alerts_per_run = 10**9
+        if scale != 1:
+            cfg.kl_explosion.sigma_multiplier *= scale
+            cfg.gradient_norm_spike.sigma_multiplier *= scale
+            cfg.advantage_variance.std_multiplier *= scale
+            cfg.reward_hacking.variance_multiplier *= scale
+            cfg.reward_mean_drift.min_drift_magnitude *= scale
+            cfg.entropy_collapse.threshold /= scale
         mon = RLWatch(cfg)
         mon.start()
         sink = io.StringIO()
@@ -179,7 +245,8 @@ def rlwatch_first_alerts(stream: Iterable[tuple[int, dict[str, float]]]) -> Firs
                     if step == 0 or not kwargs:  # step 0 holds the cold-start eval only
                         continue
                     for alert in mon.log_step(step, **kwargs):
-                        _record(first, alert.detector, alert.severity, step)
+                        name = alert.detector if scale == 1 else _at(alert.detector, scale)
+                        _record(first, name, alert.severity, step)
         finally:
             mon.stop()
     return first
@@ -277,8 +344,14 @@ def labelled_runs(lab_dirs: Sequence[Path], say: Callable[[str], None] = print) 
             stream = step_stream(spec.run_dir)
             run = Labelled(f"{Path(lab_dir).name}/{key}", int(m.group(1)) if m else 0, summary)
             rel = ours_first_alerts(stream, relative_config())
-            run.ours = {**ours_first_alerts(stream), **{k + REL: v for k, v in rel.items()}}
-            run.rlwatch = rlwatch_first_alerts(stream)
+            run.ours = {
+                **ours_first_alerts(stream),
+                **{k + REL: v for k, v in rel.items()},
+                **ours_scaled_first_alerts(stream),
+            }
+            run.rlwatch = {}
+            for scale in (1, *SCALES):
+                run.rlwatch.update(rlwatch_first_alerts(stream, scale))
             run.live = live_first_alerts(spec.run_dir)
             say(
                 f"  {run.key}: onset {run.onset}, ours {first_of(run.ours, None)}, "
@@ -286,10 +359,6 @@ def labelled_runs(lab_dirs: Sequence[Path], say: Callable[[str], None] = print) 
             )
             out.append(run)
     return out
-
-
-def _default(first: FirstAlerts) -> FirstAlerts:
-    return {k: v for k, v in first.items() if not k.endswith(REL)}
 
 
 def _cell(first: FirstAlerts, items: Iterable[str] | None) -> str:
@@ -308,15 +377,16 @@ def write_detection_report(runs: Sequence[Labelled], out: Path, command: str) ->
     precursors = [k for k in ours_all if k.rstrip("!") not in OUTCOME_DETECTORS]
     relative = sorted({k for r in runs for k in r.ours if k.endswith(REL)
                        and k[: -len(REL)].rstrip("!") not in OUTCOME_DETECTORS})  # fmt: skip
+    rl_all = sorted({k for r in runs for k in _default(r.rlwatch)})
     ours_tuned = tune(tune_set, "ours")
     rl_tuned = tune(tune_set, "rlwatch")
     configs = [
         ("ours, every detector (defaults)", "ours", ours_all),
         ("ours, precursors only (no reward/eval drop detectors)", "ours", precursors),
         (f"ours, precursors, baseline-change rules only (`{REL}`)", "ours", relative),
-        (f"ours, tuned subset: {', '.join(ours_tuned) or 'none'}", "ours", ours_tuned),
-        ("rlwatch 0.5.1, every detector (defaults)", "rlwatch", None),
-        (f"rlwatch, tuned subset: {', '.join(rl_tuned) or 'none'}", "rlwatch", rl_tuned),
+        (f"ours, tuned: {', '.join(ours_tuned) or 'none'}", "ours", ours_tuned),
+        ("rlwatch 0.5.1, every detector (defaults)", "rlwatch", rl_all),
+        (f"rlwatch, tuned: {', '.join(rl_tuned) or 'none'}", "rlwatch", rl_tuned),
     ]
     head = [
         "| monitor | collapses alerted in time | lead, steps: median (range) | late | "
@@ -352,7 +422,7 @@ def write_detection_report(runs: Sequence[Labelled], out: Path, command: str) ->
         *head,
         *[score(report_set, which, items).line(name) for name, which, items in configs],
         "",
-        "## Tuning set (where the subsets were chosen, so optimistic)",
+        "## Tuning set (where the subsets and scales were chosen, so optimistic)",
         "",
         *head,
         *[score(tune_set, which, items).line(name) for name, which, items in configs],
@@ -367,17 +437,25 @@ def write_detection_report(runs: Sequence[Labelled], out: Path, command: str) ->
         lines.append(
             f"| {r.key} | {'tune' if r.tuning else 'report'} | "
             f"{r.onset if r.onset is not None else 'stable'} | {_cell(r.ours, ours_all)} | "
-            f"{_cell(r.ours, precursors)} | {_cell(r.ours, relative)} | {_cell(r.rlwatch, None)} |"
+            f"{_cell(r.ours, precursors)} | {_cell(r.ours, relative)} | {_cell(r.rlwatch, rl_all)} |"
         )
     lines += [
         "",
         "## Which detectors fire, and how early (all runs)",
         "",
+        "Items: `detector` alerts at warning or worse, `detector!` at critical; `~rel`: our "
+        "rule with its absolute levels off (baseline change only); `@xS`: thresholds S times "
+        f"less sensitive (scales tried: {', '.join(f'{s:g}' for s in SCALES)}; only the "
+        "tuned picks are listed).",
+        "",
         "| monitor | detector | runs alerted: collapsing | stable | median first step |",
         "|---|---|---|---|---|",
     ]
+    chosen = {"ours": set(ours_tuned), "rlwatch": set(rl_tuned)}
     for which in ("ours", "rlwatch"):
-        items = sorted({k for r in runs for k in getattr(r, which)})
+        items = sorted(
+            {k for r in runs for k in getattr(r, which) if "@x" not in k or k in chosen[which]}
+        )
         for item in items:
             hit_c = [r for r in runs if item in getattr(r, which) and r.onset is not None]
             hit_s = [r for r in runs if item in getattr(r, which) and r.onset is None]
