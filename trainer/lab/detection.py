@@ -437,7 +437,8 @@ def write_detection_report(runs: Sequence[Labelled], out: Path, command: str) ->
         lines.append(
             f"| {r.key} | {'tune' if r.tuning else 'report'} | "
             f"{r.onset if r.onset is not None else 'stable'} | {_cell(r.ours, ours_all)} | "
-            f"{_cell(r.ours, precursors)} | {_cell(r.ours, relative)} | {_cell(r.rlwatch, rl_all)} |"
+            f"{_cell(r.ours, precursors)} | {_cell(r.ours, relative)} | "
+            f"{_cell(r.rlwatch, rl_all)} |"
         )
     lines += [
         "",
