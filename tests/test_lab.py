@@ -361,3 +361,14 @@ def test_the_tuning_split_is_fixed_and_about_half():
     tuning = [detection.in_tuning_set(k) for k in keys]
     assert tuning == [detection.in_tuning_set(k) for k in keys]
     assert 15 <= sum(tuning) <= 45
+
+
+def test_window_mean_counts_only_finite_values_inside_the_window():
+    from trainer.lab.summary import window_mean
+
+    steps = np.array([0, 1, 2, 3, 20, 21])
+    values = np.array([100.0, 1.0, np.nan, 3.0, 5.0, 100.0])
+    series = {"m": (steps, values)}
+    assert window_mean(series, "m", 1, 20) == pytest.approx(3.0)  # (1 + 3 + 5) / 3
+    assert window_mean(series, "m", 2, 2) is None  # only a NaN inside
+    assert window_mean(series, "absent", 1, 20) is None

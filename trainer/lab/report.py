@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from trainer.lab.runner import RunSpec, load_manifest, train_command
-from trainer.lab.summary import RunSummary, fmt, summarize_run
+from trainer.lab.summary import RunSummary, fmt, summarize_run, window_mean
 
 
 @dataclass
@@ -127,6 +127,42 @@ def setting_table(rows: Sequence[SettingRow]) -> list[str]:
             f"{_arrow([r.entropy for r in runs if r.entropy])} | "
             f"{_arrow([r.kl for r in runs if r.kl])} | {alert_s} | {coll_s} |"
         )
+    return lines
+
+
+EARLY = (1, 20)
+"""The RL steps of the mechanism table's early window (before most collapse onsets)."""
+MECHANISM = (
+    ("staleness/kl_k3", "staleness KL k3"),
+    ("staleness/mask_frac", "clipped (masked) token share"),
+    ("mismatch/ess", "IS weights' ESS"),
+    ("approx/seq_residual", "first-order residual"),
+    ("approx/grad_cosine", "grad cosine token vs sequence"),
+    ("optim/grad_norm", "grad norm"),
+)
+
+
+def mechanism_table(rows: Sequence[SettingRow]) -> list[str]:
+    """Per setting, the quantities the first-order argument blames, early and overall:
+    staleness (how far π_θ moved from π_old), the clip mask, the IS weights' effective
+    sample size, the residual the approximation drops, and how well the token surrogate's
+    gradient points along the sequence-level one (a probe every 10 steps)."""
+    a, b = EARLY
+    head = "| setting | " + " | ".join(label for _, label in MECHANISM) + " |"
+    lines = [head, "|" + "---|" * (len(MECHANISM) + 1)]
+    for row in rows:
+        if not row.runs:
+            continue
+        cells = []
+        for name, _ in MECHANISM:
+            early = [window_mean(r.series, name, a, b) for r in row.runs]
+            whole = [window_mean(r.series, name, 1, 10**9) for r in row.runs]
+            early = [x for x in early if x is not None]
+            whole = [x for x in whole if x is not None]
+            e = fmt(statistics.fmean(early)) if early else "-"
+            w = fmt(statistics.fmean(whole)) if whole else "-"
+            cells.append(f"{e} / {w}")
+        lines.append(f"| {row.label} (`{row.name}`) | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -423,6 +459,13 @@ def write_stability_report(
         "A difference counts only when |Δ mean| > 2 standard errors (seed spread).",
         "",
         *findings(rows),
+        "",
+        "## Mechanism: staleness, clipping, IS weights, first-order residual",
+        "",
+        f"Means over seeds of each run's mean over RL steps {EARLY[0]}-{EARLY[1]} / over the "
+        "whole run (a collapsed run's whole-run mean includes its collapse).",
+        "",
+        *mechanism_table(rows),
         "",
         "## Charts",
         "",

@@ -35,6 +35,8 @@ SERIES = (
     "staleness/kl_k3",
     "staleness/mask_frac",
     "approx/seq_residual",
+    "approx/grad_cosine",
+    "mismatch/ess",
     "response/len_mean",
     "optim/loss",
     "optim/grad_norm",
@@ -128,6 +130,15 @@ def trend(steps: np.ndarray, values: np.ndarray) -> tuple[float, float] | None:
 def _mean(series: dict, name: str) -> float | None:
     v = series.get(name, (None, np.empty(0)))[1]
     v = v[np.isfinite(v)]
+    return float(np.mean(v)) if len(v) else None
+
+
+def window_mean(
+    series: dict[str, tuple[np.ndarray, np.ndarray]], name: str, first: int, last: int
+) -> float | None:
+    """Mean of the finite values of `name` logged at steps first..last (inclusive)."""
+    steps, values = series.get(name, (np.empty(0), np.empty(0)))
+    v = values[(steps >= first) & (steps <= last) & np.isfinite(values)]
     return float(np.mean(v)) if len(v) else None
 
 
