@@ -415,3 +415,36 @@ def test_detection_bench_end_to_end_on_a_synthetic_lab(tmp_path, capsys):
     # and nothing of ours fires on the steady stable runs
     fine = [line for line in text.splitlines() if line.startswith("| lab/fine/")]
     assert len(fine) == 3 and all("| none | none |" in r for r in fine)
+
+
+def test_off_policy_verdicts_name_what_the_numbers_allow():
+    from types import SimpleNamespace
+
+    from trainer.lab.report import SettingRow, findings
+
+    def row(name, lates, collapsed):
+        runs = [SimpleNamespace(late_eval=x, collapsed=collapsed) for x in lates]
+        return SettingRow(name, "off-policy", name, len(runs), runs, [])  # type: ignore[arg-type]
+
+    # 2x: no-clip collapses, R2 clearly below R3 -> (5) reproduced, (6) the other way round
+    two = [row("offpolicy2x_noclip", [0.0, 0.01, 0.02], True),
+           row("offpolicy2x_r2_noclip", [0.1, 0.12, 0.11], True),
+           row("offpolicy2x_r2", [0.30, 0.31, 0.32], False),
+           row("offpolicy2x_r3", [0.50, 0.51, 0.52], False)]  # fmt: skip
+    lines = findings(two)
+    assert lines[0].endswith(
+        "→ reproduced (the settings without clipping collapse more or end lower)."
+    )
+    assert lines[1].endswith("→ not reproduced (the other way round).")
+    # 8x: everything collapses -> neither claim can be tested
+    eight = [row(f"offpolicy8x_{v}", [0.0, 0.001, 0.0], True)
+             for v in ("noclip", "r2_noclip", "r2", "r3")]  # fmt: skip
+    lines = findings(eight)
+    assert "not testable here: every run collapses" in lines[0]
+    assert "not testable here: both collapse in every run" in lines[1]
+    # 4x: R3 ahead of R2 within the seed spread -> the direction, not a difference
+    four = [
+        row("offpolicy4x_r2", [0.2, 0.4, 0.3], False),
+        row("offpolicy4x_r3", [0.3, 0.5, 0.35], False),
+    ]
+    assert findings(four)[-1].endswith("→ not beyond seed noise (Δ in the paper's direction).")

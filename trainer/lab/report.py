@@ -284,6 +284,10 @@ def findings(rows: Sequence[SettingRow]) -> list[str]:
                 if unstable > stable
                 else "cannot tell (fewer than 2 seeds per setting)"
             )
+        elif stable == sum(len(by[x].runs) for x in safe) and unstable == sum(
+            len(by[x].runs) for x in noclip
+        ):
+            tell = "not testable here: every run collapses, with clipping and replay too"
         elif unstable > stable or all(w == "lower" for w in worse):
             tell = "reproduced (the settings without clipping collapse more or end lower)"
         else:
@@ -295,15 +299,18 @@ def findings(rows: Sequence[SettingRow]) -> list[str]:
         )
         if f"offpolicy{n}x_r2" in by and f"offpolicy{n}x_r3" in by:
             want = "higher" if n == 2 else "lower"
-            v, _ = compare(final(f"offpolicy{n}x_r2"), final(f"offpolicy{n}x_r3"))
+            v, delta = compare(final(f"offpolicy{n}x_r2"), final(f"offpolicy{n}x_r3"))
             claim = "R2 better than R3" if n == 2 else "R3 better than R2"
-            tell = (
-                "reproduced"
-                if v == want
-                else "cannot tell (too few seeds)"
-                if v == "unknown"
-                else "not reproduced"
-            )
+            along = delta is not None and (delta > 0) == (want == "higher")
+            tell = {
+                "unknown": "cannot tell (too few seeds)",
+                "same": "not beyond seed noise (Δ in the paper's direction)"
+                if along
+                else "not reproduced (Δ against the paper's direction, within seed noise)",
+            }.get(v, "reproduced" if v == want else "not reproduced (the other way round)")
+            pair = [r for x in ("r2", "r3") for r in by[f"offpolicy{n}x_{x}"].runs]
+            if all(r.collapsed for r in pair):
+                tell = "not testable here: both collapse in every run"
             out.append(
                 f"- **(6, {n}×) {claim} at {n}×** — R2 "
                 f"{vs(f'offpolicy{n}x_r2', f'offpolicy{n}x_r3')} (R3). → {tell}."
