@@ -23,6 +23,7 @@ from monitor import Monitor, RunReader
 from monitor.errors import UserError
 from trainer.lab import detection
 from trainer.lab.detection import Labelled, ours_first_alerts, score, tune
+from trainer.lab.policy_eval import load_policy_evals
 from trainer.lab.report import compare, write_stability_report
 from trainer.lab.runner import (
     Manifest,
@@ -158,6 +159,13 @@ def test_quick_lab_machinery_survives_a_kill_and_resumes(tmp_path):
     assert "resume" in kinds or "truncate" in kinds
     report = (tmp_path / "report.md").read_text()
     assert "`onpolicy_minirl`) | 1/1 |" in report and "`onpolicy_no_is`) | 1/1 |" in report
+    # the finished lab measured π itself at every kept checkpoint of both runs
+    evals = load_policy_evals(lab)
+    assert set(evals) == {"onpolicy_minirl/seed0", "onpolicy_no_is/seed0"}
+    for got in evals.values():
+        assert got["steps"][-1] == 3 and len(got["pi"]) == len(got["steps"])
+        assert all(0.0 <= x <= 1.0 for x in [*got["pi"], got["pi0"]])
+    assert "## The trained policy π against the inference engine μ" in report
     assert (tmp_path / "report_on_policy.png").stat().st_size > 1000
 
 
@@ -424,7 +432,8 @@ def test_off_policy_verdicts_name_what_the_numbers_allow():
 
     def row(name, lates, collapsed):
         runs = [SimpleNamespace(late_eval=x, collapsed=collapsed) for x in lates]
-        return SettingRow(name, "off-policy", name, len(runs), runs, [])  # type: ignore[arg-type]
+        keys = [f"{name}/seed{i}" for i in range(len(runs))]
+        return SettingRow(name, "off-policy", name, len(runs), runs, keys, [])  # type: ignore[arg-type]
 
     # 2x: no-clip collapses, R2 clearly below R3 -> (5) reproduced, (6) the other way round
     two = [row("offpolicy2x_noclip", [0.0, 0.01, 0.02], True),

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from trainer.lab.policy_eval import load_policy_evals
 from trainer.lab.runner import RunSpec, load_manifest, train_command
 from trainer.lab.summary import RunSummary, fmt, summarize_run, window_mean
 
@@ -36,6 +37,8 @@ class SettingRow:
     planned: int
     runs: list[RunSummary]
     """Finished runs only (completed or diverged): what the tables aggregate."""
+    keys: list[str]
+    """The lab keys (`setting/seedK`) of `runs`, in the same order."""
     in_progress: list[RunSummary]
     """Runs with data that have not finished (still running, or interrupted)."""
 
@@ -74,11 +77,14 @@ def collect(lab_dir: Path, specs: Sequence[RunSpec]) -> list[SettingRow]:
         name = spec.key.split("/")[0]
         setting = BY_NAME.get(name)
         group, label = (setting.group, setting.label) if setting else ("other", name)
-        row = rows.setdefault(name, SettingRow(name, group, label, 0, [], []))
+        row = rows.setdefault(name, SettingRow(name, group, label, 0, [], [], []))
         row.planned += 1
         summary = summarize_run(spec.run_dir)
-        if summary is not None:
-            (row.runs if summary.finished else row.in_progress).append(summary)
+        if summary is not None and summary.finished:
+            row.runs.append(summary)
+            row.keys.append(spec.key)
+        elif summary is not None:
+            row.in_progress.append(summary)
     return list(rows.values())
 
 
@@ -164,6 +170,56 @@ def mechanism_table(rows: Sequence[SettingRow]) -> list[str]:
             cells.append(f"{e} / {w}")
         lines.append(f"| {row.label} (`{row.name}`) | " + " | ".join(cells) + " |")
     return lines
+
+
+def policy_table(rows: Sequence[SettingRow], evals: dict[str, dict]) -> list[str]:
+    """Per setting: μ's final held-out accuracy (eval/acc, the inference engine) beside π's
+    (the fp32 training weights at the last checkpoint, same prompts and settings), π's
+    mean over the kept checkpoints, and π at the cold start."""
+    lines = [
+        "| setting | runs | μ: eval/acc at the last step | π: fp32 weights, last checkpoint "
+        "| π: mean over kept checkpoints | π at cold start |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        got = [evals[k] for k in row.keys if k in evals]
+        if not got:
+            continue
+        lines.append(
+            f"| {row.label} (`{row.name}`) | {len(got)} | {_pm(row.values('final_eval'))} | "
+            f"{_pm([g['pi'][-1] for g in got])} | {_pm(pi_late(row, evals))} | "
+            f"{fmt(got[0]['pi0'])} |"
+        )
+    return lines
+
+
+def pi_late(row: SettingRow, evals: dict[str, dict]) -> list[float]:
+    """Per finished run of the row: π's held-out accuracy averaged over its kept checkpoints."""
+    return [statistics.fmean(evals[k]["pi"]) for k in row.keys if k in evals]
+
+
+def policy_findings(rows: Sequence[SettingRow], evals: dict[str, dict]) -> list[str]:
+    """The comparisons of the findings above, made on π instead of μ."""
+    by = {r.name: r for r in rows if any(k in evals for k in r.keys)}
+    pairs = [
+        ("onpolicy_minirl", "onpolicy_no_is", "(1, 2) MiniRL vs without IS correction"),
+        ("onpolicy_minirl", "onpolicy_length_norm", "(1, 3) MiniRL vs length normalisation"),
+        ("onpolicy_minirl", "onpolicy_r3", "(1, 4) MiniRL vs + R3"),
+        *[(f"offpolicy{n}x_r2", f"offpolicy{n}x_r3", f"(6, {n}×) R2 vs R3") for n in (2, 4, 8)],
+    ]
+    out = []
+    for a, b, title in pairs:
+        if a in by and b in by:
+            xa, xb = pi_late(by[a], evals), pi_late(by[b], evals)
+            verdict, delta = compare(xa, xb)
+            d = "-" if delta is None else f"{delta:+.3f}"
+            dead = all(r.collapsed for r in [*by[a].runs, *by[b].runs])
+            out.append(
+                f"- **{title}**, π: {_pm(xa)} vs {_pm(xb)} (Δ {d}: {verdict}); μ (late): "
+                f"{_pm(by[a].values('late_eval'))} vs {_pm(by[b].values('late_eval'))}"
+                + (" — both collapse in every run: not a test." if dead else ".")
+            )
+    return out
 
 
 def run_table(rows: Sequence[SettingRow]) -> list[str]:
@@ -413,6 +469,28 @@ def _rel(path: Path) -> str:
         return str(path)
 
 
+def _policy_section(rows: Sequence[SettingRow], evals: dict[str, dict]) -> list[str]:
+    if not evals:
+        return []
+    return [
+        "## The trained policy π against the inference engine μ",
+        "",
+        "`eval/acc` above samples from μ, the inference engine (vLLM, MXFP4-rounded "
+        "weights): what a deployment of the weights would serve. π, the fp32 training "
+        "weights the loss optimises, is sampled here on the same held-out prompts with the "
+        "same settings, at each kept checkpoint (the last three; `minirl bench stability "
+        "--report-only --policy-eval`, cached in `<lab-dir>/policy_eval.json`).",
+        "",
+        *policy_table(rows, evals),
+        "",
+        "The comparisons above, made on π (mean over the kept checkpoints; same 2-standard-"
+        "error rule):",
+        "",
+        *policy_findings(rows, evals),
+        "",
+    ]
+
+
 def write_stability_report(
     lab_dir: Path, out: Path, specs: Sequence[RunSpec], command: str
 ) -> list[SettingRow]:
@@ -467,6 +545,7 @@ def write_stability_report(
         "",
         *findings(rows),
         "",
+        *_policy_section(rows, load_policy_evals(lab_dir)),
         "## Mechanism: staleness, clipping, IS weights, first-order residual",
         "",
         f"Means over seeds of each run's mean over RL steps {EARLY[0]}-{EARLY[1]} / over the "

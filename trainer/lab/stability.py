@@ -127,6 +127,13 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="write the report from the runs that exist, run nothing",
     )
+    p.add_argument(
+        "--policy-eval",
+        action="store_true",
+        help="with --report-only: first measure the trained policy's own held-out accuracy "
+        "(fp32, at each kept checkpoint) of finished runs not yet measured; a lab run does "
+        "this by itself when it ends",
+    )
     return p
 
 
@@ -165,6 +172,11 @@ def main(argv: list[str]) -> int:
         t0 = time.monotonic()
         run_all(lab_dir, specs, jobs=args.jobs, meta={"command": command.strip()})
         print(f"lab finished in {(time.monotonic() - t0) / 60:.1f} min")
+    if not args.report_only or args.policy_eval:
+        from trainer.lab.policy_eval import run_policy_evals
+
+        print("held-out accuracy of the trained policy π (fp32) at the kept checkpoints:")
+        run_policy_evals(lab_dir, specs)
     from trainer.lab.report import write_stability_report
 
     write_stability_report(lab_dir, out, specs=specs, command=command.strip())

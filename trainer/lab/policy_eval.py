@@ -1,0 +1,90 @@
+"""Held-out accuracy of the trained weights themselves (π, fp32), beside the lab's eval/acc.
+
+The lab's `eval/acc` samples from the inference engine, i.e. from μ: vLLM with MXFP4-
+rounded weights. That is what a deployment of these weights would serve, but it is not
+the policy the trainer optimises, and a variant can look better on μ while π is not (the
+no-IS-correction gradient pushes π towards μ's samples). This module samples the same
+held-out prompts from the training engine's model at a run's last checkpoint, with the
+same evaluation settings, and caches the result per run and checkpoint step in
+`<lab-dir>/policy_eval.json`; the report puts both numbers side by side.
+
+What it does not do: train, or change any run.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from trainer.lab.runner import RunSpec
+
+CACHE = "policy_eval.json"
+
+
+def load_policy_evals(lab_dir: Path) -> dict[str, dict[str, Any]]:
+    """{run key: {"steps": [...], "pi": [...], "pi0": x}} measured so far ({} if none)."""
+    path = Path(lab_dir) / CACHE
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except ValueError:
+        return {}  # a torn cache is remeasured, not trusted
+    return data if isinstance(data, dict) else {}
+
+
+def eval_policy_at(run_dir: Path, step: int | None) -> float:
+    """Sampled held-out accuracy of π at checkpoint `step` (None: the cold start)."""
+    import torch  # here, so that the report (which reads the cache) needs no torch
+
+    from trainer.checkpoints import list_checkpoints, load_checkpoint
+    from trainer.coldstart import cold_start
+    from trainer.evaluate import evaluate
+    from trainer.models import load_policy
+    from trainer.run import resume_config
+    from trainer.tasks import make_task
+
+    cfg = resume_config(run_dir, [])
+    start = cold_start(cfg.model, cfg.task, cfg.cold_start, eval_cfg=cfg.eval, progress=False)
+    model, tokenizer = load_policy(start.path, cfg.engine.train_dtype)
+    if step is not None:
+        payload = load_checkpoint(list_checkpoints(run_dir)[step])
+        model.load_state_dict(payload["policy"]["model"])
+    model.eval()
+    eval_cfg = cfg.eval if cfg.eval.mode != "greedy" else type(cfg.eval)(mode="sampled")
+    with torch.no_grad():
+        acc = evaluate(
+            model, tokenizer, make_task(cfg.task), eval_cfg,
+            max_new_tokens=cfg.sampling.max_new_tokens,
+        )  # fmt: skip
+    return acc["eval/acc_sampled"]
+
+
+def run_policy_evals(lab_dir: Path, specs: list[RunSpec], say: Any = print) -> dict:
+    """Measure π at every kept checkpoint (the last three: 150, 175, 200 in the full lab)
+    of every finished run not measured at those steps, and π at its cold start."""
+    from trainer.checkpoints import list_checkpoints
+    from trainer.lab.summary import summarize_run
+
+    lab_dir = Path(lab_dir)
+    done = load_policy_evals(lab_dir)
+    pi0: dict[str, float] = {}  # per recipe: every seed starts from the same cold start
+    for spec in specs:
+        summary = summarize_run(spec.run_dir)
+        run_dir = Path(spec.run_dir)
+        steps = sorted(list_checkpoints(run_dir))
+        if summary is None or not summary.finished or not steps:
+            continue
+        if done.get(spec.key, {}).get("steps") == steps:
+            continue
+        setting = spec.key.split("/")[0]
+        if setting not in pi0:
+            pi0[setting] = eval_policy_at(run_dir, None)
+        pis = [eval_policy_at(run_dir, step) for step in steps]
+        done[spec.key] = {"steps": steps, "pi": pis, "pi0": pi0[setting]}
+        say(f"  {spec.key}: π at steps {steps}: {', '.join(f'{x:.3f}' for x in pis)}")
+        tmp = lab_dir / (CACHE + ".tmp")
+        tmp.write_text(json.dumps(done, indent=1) + "\n")
+        tmp.replace(lab_dir / CACHE)
+    return done
