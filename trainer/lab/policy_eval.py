@@ -4,15 +4,16 @@ The lab's `eval/acc` samples from the inference engine, i.e. from μ: vLLM with 
 rounded weights. That is what a deployment of these weights would serve, but it is not
 the policy the trainer optimises, and a variant can look better on μ while π is not (the
 no-IS-correction gradient pushes π towards μ's samples). This module samples the same
-held-out prompts from the training engine's model at a run's last checkpoint, with the
-same evaluation settings, and caches the result per run and checkpoint step in
-`<lab-dir>/policy_eval.json`; the report puts both numbers side by side.
+held-out prompts from the training engine's model at each checkpoint a run kept, and at
+its cold start, with the run's evaluation settings, and caches the results per run and
+checkpoint steps in `<lab-dir>/policy_eval.json`; the report puts π beside μ.
 
 What it does not do: train, or change any run.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -52,7 +53,7 @@ def eval_policy_at(run_dir: Path, step: int | None) -> float:
         payload = load_checkpoint(list_checkpoints(run_dir)[step])
         model.load_state_dict(payload["policy"]["model"])
     model.eval()
-    eval_cfg = cfg.eval if cfg.eval.mode != "greedy" else type(cfg.eval)(mode="sampled")
+    eval_cfg = dataclasses.replace(cfg.eval, mode="sampled")  # eval/acc is the sampled one
     with torch.no_grad():
         acc = evaluate(
             model, tokenizer, make_task(cfg.task), eval_cfg,
