@@ -50,6 +50,7 @@ def test_every_metric_at_every_step_and_eval(tiny_config):
         assert steps == [1, 2, 3], (name, steps)
     eval_steps, _ = _series(cfg.resolved_run_dir, "eval/acc")
     assert eval_steps == [0, 2, 3]  # after cold start, every 2 steps, and at the end
+    assert "eval/acc_policy" not in names  # π is evaluated only when asked for
     assert (cfg.resolved_run_dir / "config.yaml").is_file()
     assert sorted(p.name for p in (cfg.resolved_run_dir / "checkpoints").iterdir()) == [
         "step_000002.pt",
@@ -58,6 +59,31 @@ def test_every_metric_at_every_step_and_eval(tiny_config):
     # bf16 inference vs fp32 training: a real, non-zero mismatch
     _, k3 = _series(cfg.resolved_run_dir, "mismatch/kl_k3")
     assert all(v > 0 for v in k3)
+
+
+def test_eval_policy_samples_the_training_weights_at_each_evaluation(tiny_config):
+    """eval.policy: eval/acc_policy is π's own accuracy — the cold start's weights at step
+    0, the checkpointed weights at step 2 — recomputed here independently of the loop."""
+    from trainer.checkpoints import list_checkpoints, load_checkpoint
+    from trainer.coldstart import cold_start
+    from trainer.evaluate import policy_accuracy
+    from trainer.models import load_policy
+    from trainer.tasks import make_task
+
+    # a large lr, so that two steps move π far enough to change its accuracy
+    cfg = tiny_config(eval={"policy": True, "samples": 4}, train={"steps": 2}, optim={"lr": 0.05})
+    train(cfg, progress=False)
+    steps, values = _series(cfg.resolved_run_dir, "eval/acc_policy")
+    assert steps == _series(cfg.resolved_run_dir, "eval/acc")[0] == [0, 2]
+    start = cold_start(cfg.model, cfg.task, cfg.cold_start, progress=False)
+    model, tokenizer = load_policy(start.path, cfg.engine.train_dtype)
+    task, cap = make_task(cfg.task), cfg.sampling.max_new_tokens
+    expected = [policy_accuracy(model, tokenizer, task, cfg.eval, max_new_tokens=cap)]
+    weights = load_checkpoint(list_checkpoints(cfg.resolved_run_dir)[2])["policy"]["model"]
+    model.load_state_dict(weights)
+    expected.append(policy_accuracy(model, tokenizer, task, cfg.eval, max_new_tokens=cap))
+    assert values == pytest.approx(expected, abs=1e-12)
+    assert expected[0] != expected[1]  # the two evaluations saw different weights
 
 
 def test_fp32_inference_has_no_mismatch(tiny_config):

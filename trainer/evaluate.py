@@ -9,6 +9,7 @@ encoding and response decoding shared with the loop; it does not log or train.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -41,6 +42,10 @@ class EvalConfig:
     """Sequences decoded together by the model backend (a memory bound, not a result)."""
     seed: int = 1234
     """Seed of the sampled evaluation; the same weights give the same accuracy."""
+    policy: bool = False
+    """Also sample the held-out set from the training engine's own weights (π) and log
+    it as eval/acc_policy. eval/acc samples the inference engine (μ); with a lossy engine
+    the two differ and can rank variants differently (bench/results/stability.md)."""
 
     def __post_init__(self) -> None:
         check(self.every >= 0, "every", self.every, "an integer >= 0")
@@ -201,3 +206,14 @@ def evaluate(
         metrics[f"eval/acc_{name}"] = _accuracy(task, examples, texts, n)
     metrics["eval/acc"] = metrics.get("eval/acc_sampled", metrics.get("eval/acc_greedy", 0.0))
     return metrics
+
+
+def policy_accuracy(
+    model: nn.Module, tokenizer: Any, task: Task, cfg: EvalConfig, *, max_new_tokens: int
+) -> float:
+    """Sampled held-out accuracy of a transformers model itself (π, not an engine's μ),
+    with the evaluation's settings."""
+    sampled = dataclasses.replace(cfg, mode="sampled")
+    return evaluate(model, tokenizer, task, sampled, max_new_tokens=max_new_tokens)[
+        "eval/acc_sampled"
+    ]

@@ -35,10 +35,10 @@ from trainer.controls import Controls, Rejected, Request, apply_action
 from trainer.engines.base import InferenceEngine, WeightSyncError
 from trainer.engines.factory import make_inference_engine
 from trainer.engines.training import TrainingEngine
-from trainer.evaluate import evaluate
+from trainer.evaluate import evaluate, policy_accuracy
 from trainer.progress import NoProgress, Progress
 from trainer.step import NonFiniteBatch, rl_step
-from trainer.tasks import make_task
+from trainer.tasks import Task, make_task
 
 CONFIG_FILE = "config.yaml"
 
@@ -127,10 +127,9 @@ def train(
         engine = make_inference_engine(start.path, cfg.engine)
         if resume or first_step > 1:
             engine.update_weights(policy.model)
-        max_new = cfg.sampling.max_new_tokens
         policy.set_lr_scale(controls.lr_scale * tc.lr_scale(step))
         if not resume:  # step 0: the cold-start policy's held-out accuracy
-            acc = evaluate(engine, policy.tokenizer, task, cfg.eval, max_new_tokens=max_new)
+            acc = _evaluate(engine, policy, task, cfg)
             evals.append(acc["eval/acc"])
             mon.log(0, acc)
             bar.message(f"held-out accuracy after cold start: {acc['eval/acc']:.3f}")
@@ -175,7 +174,7 @@ def train(
             scalars = result.scalars
             scalars["perf/sync_s"] = time.perf_counter() - t0
             if _eval_due(step, cfg):
-                acc = evaluate(engine, policy.tokenizer, task, cfg.eval, max_new_tokens=max_new)
+                acc = _evaluate(engine, policy, task, cfg)
                 evals.append(acc["eval/acc"])
                 scalars.update(acc)
             alerts = mon.log(step, scalars, result.distributions)
@@ -228,6 +227,19 @@ def train(
 
 
 # ------------------------------------------------------------------------------ helpers
+
+
+def _evaluate(
+    engine: InferenceEngine, policy: TrainingEngine, task: Task, cfg: RunConfig
+) -> dict[str, float]:
+    """eval/* of the inference engine (μ), plus eval/acc_policy of π if asked for."""
+    max_new = cfg.sampling.max_new_tokens
+    acc = evaluate(engine, policy.tokenizer, task, cfg.eval, max_new_tokens=max_new)
+    if cfg.eval.policy:
+        acc["eval/acc_policy"] = policy_accuracy(
+            policy.model, policy.tokenizer, task, cfg.eval, max_new_tokens=max_new
+        )
+    return acc
 
 
 def _eval_due(step: int, cfg: RunConfig) -> bool:

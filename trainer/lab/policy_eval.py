@@ -13,7 +13,6 @@ What it does not do: train, or change any run.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -41,7 +40,7 @@ def eval_policy_at(run_dir: Path, step: int | None) -> float:
 
     from trainer.checkpoints import list_checkpoints, load_checkpoint
     from trainer.coldstart import cold_start
-    from trainer.evaluate import evaluate
+    from trainer.evaluate import policy_accuracy
     from trainer.models import load_policy
     from trainer.run import resume_config
     from trainer.tasks import make_task
@@ -52,14 +51,11 @@ def eval_policy_at(run_dir: Path, step: int | None) -> float:
     if step is not None:
         payload = load_checkpoint(list_checkpoints(run_dir)[step])
         model.load_state_dict(payload["policy"]["model"])
-    model.eval()
-    eval_cfg = dataclasses.replace(cfg.eval, mode="sampled")  # eval/acc is the sampled one
     with torch.no_grad():
-        acc = evaluate(
-            model, tokenizer, make_task(cfg.task), eval_cfg,
+        return policy_accuracy(
+            model, tokenizer, make_task(cfg.task), cfg.eval,
             max_new_tokens=cfg.sampling.max_new_tokens,
         )  # fmt: skip
-    return acc["eval/acc_sampled"]
 
 
 def run_policy_evals(lab_dir: Path, specs: list[RunSpec], say: Any = print) -> dict:
