@@ -76,11 +76,16 @@ def test_bad_repetition_counts_are_user_errors():
         speed.main(["--quick", "--skip", "trl", "--load-steps", "1500"])
 
 
-def test_quick_mode_writes_every_part(tiny_config, tmp_path):
+def _tiny_config_file(tiny_config, tmp_path):
+    """(config, its YAML file, the report path) of the tiny run, for `speed.main`."""
     cfg = tiny_config()
     path = tmp_path / "tiny.yaml"
     path.write_text(dump_config(cfg))
-    out = tmp_path / "speed.md"
+    return cfg, path, tmp_path / "speed.md"
+
+
+def test_quick_mode_writes_every_part(tiny_config, tmp_path):
+    _, path, out = _tiny_config_file(tiny_config, tmp_path)
     argv = [str(path), "--quick", "--skip", "trl", "--skip", "vllm", "--pairs", "3",
             "--load-steps", "1000", "--threads", "1", "--out", str(out)]  # fmt: skip
     assert speed.main(argv) == 0
@@ -113,10 +118,7 @@ def test_quick_mode_writes_every_part(tiny_config, tmp_path):
     "--setup-trl`) and about two minutes",
 )
 def test_trl_part_on_the_tiny_model(tiny_config, tmp_path):
-    cfg = tiny_config()
-    path = tmp_path / "tiny.yaml"
-    path.write_text(dump_config(cfg))
-    out = tmp_path / "speed.md"
+    cfg, path, out = _tiny_config_file(tiny_config, tmp_path)
     argv = [str(path), "--quick", "--skip", "diagnostics", "--skip", "vllm", "--skip", "store",
             "--threads", "1", "--out", str(out)]  # fmt: skip
     assert speed.main(argv) == 0

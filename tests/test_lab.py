@@ -248,17 +248,17 @@ class _S:
         self.collapse_step = onset
 
 
-def _run(key, seed, onset, ours, rl=None):
-    return Labelled(key, seed, _S(onset), ours, rl or {})  # type: ignore[arg-type]
+def _run(key, onset, ours, rl=None):
+    return Labelled(key, _S(onset), ours, rl or {})  # type: ignore[arg-type]
 
 
 def test_scoring_lead_late_miss_and_false_alarm():
     runs = [
-        _run("a", 1, 100, {"x": 80, "y": 120}),  # in time, lead 20 (x)
-        _run("b", 1, 50, {"y": 60}),  # late
-        _run("c", 1, 70, {}),  # missed
-        _run("d", 1, None, {"x": 30}),  # false alarm
-        _run("e", 1, None, {"y": 10}),  # false alarm unless only x counts
+        _run("a", 100, {"x": 80, "y": 120}),  # in time, lead 20 (x)
+        _run("b", 50, {"y": 60}),  # late
+        _run("c", 70, {}),  # missed
+        _run("d", None, {"x": 30}),  # false alarm
+        _run("e", None, {"y": 10}),  # false alarm unless only x counts
     ]
     s = score(runs, "ours")
     assert (s.collapsing, s.stable, s.in_time, s.late, s.missed, s.false_alarms) == (
@@ -269,10 +269,10 @@ def test_scoring_lead_late_miss_and_false_alarm():
 
 def test_tuning_picks_the_detectors_that_pay_on_the_tuning_runs():
     runs = [
-        _run("c1", 0, 100, {"good": 90, "noisy": 5}),
-        _run("c2", 0, 80, {"good": 60, "noisy": 5}),
-        _run("s1", 0, None, {"noisy": 5}),
-        _run("s2", 0, None, {"noisy": 7, "rare": 50}),
+        _run("c1", 100, {"good": 90, "noisy": 5}),
+        _run("c2", 80, {"good": 60, "noisy": 5}),
+        _run("s1", None, {"noisy": 5}),
+        _run("s2", None, {"noisy": 7, "rare": 50}),
     ]
     # good: +2 in time, 0 false alarms; noisy: +2 in time, 2 false; rare: 1 false alarm
     assert tune(runs, "ours") == ["good"]

@@ -192,23 +192,21 @@ def train(
         # checkpoint of it, so --resume redoes it from the last checkpoint
         partial, step = step != logged, logged
         bar.message(f"interrupted after step {step}; resume with --resume")
-    except WeightSyncError as err:
-        # the engine no longer computes what the policy computes: every later IS weight
-        # would be wrong, so the run stops (its record and last checkpoint stay)
-        mon.event("crash", {"step": step, "error": f"weight sync failed: {err}"})
-        mon.close()
-        if engine is not None:
-            engine.close()
-        raise UserError(
-            f"step {step}: weight sync into the inference engine failed verification ({err}); "
-            f"the run stopped, its store is intact; `minirl train --resume` continues from "
-            f"the last checkpoint"
-        ) from None
     except BaseException as err:
-        mon.event("crash", {"step": step, "error": f"{type(err).__name__}: {err}"})
+        # a failed weight sync: the engine no longer computes what the policy computes, so
+        # every later IS weight would be wrong; the run stops (record and checkpoint stay)
+        sync = isinstance(err, WeightSyncError)
+        error = f"weight sync failed: {err}" if sync else f"{type(err).__name__}: {err}"
+        mon.event("crash", {"step": step, "error": error})
         mon.close()
         if engine is not None:
             engine.close()
+        if sync:
+            raise UserError(
+                f"step {step}: weight sync into the inference engine failed verification "
+                f"({err}); the run stopped, its store is intact; `minirl train --resume` "
+                "continues from the last checkpoint"
+            ) from None
         raise
     if (step >= first_step or stopped != "completed") and not partial:
         _checkpoint(mon, run_dir, step, policy, controls, cfg.keep_checkpoints)

@@ -32,7 +32,6 @@ import contextlib
 import dataclasses
 import hashlib
 import io
-import re
 import statistics
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
@@ -46,6 +45,7 @@ from monitor.detectors import build_detectors
 from monitor.errors import UserError
 from monitor.reader import RunReader
 from monitor.records import AlertDraft, severity_rank
+from trainer.lab.report import hand_notes
 from trainer.lab.runner import RunSpec, detach, load_manifest, run_all, status_table
 from trainer.lab.summary import RunSummary, fmt, summarize_run
 
@@ -71,7 +71,6 @@ FirstAlerts = dict[str, int]
 @dataclass
 class Labelled:
     key: str
-    seed: int
     summary: RunSummary
     ours: FirstAlerts = field(default_factory=dict)
     rlwatch: FirstAlerts = field(default_factory=dict)
@@ -340,9 +339,8 @@ def labelled_runs(lab_dirs: Sequence[Path], say: Callable[[str], None] = print) 
             summary = summarize_run(spec.run_dir)
             if summary is None or (summary.collapse_step is None and not summary.finished):
                 continue
-            m = re.search(r"seed(\d+)$", key)
             stream = step_stream(spec.run_dir)
-            run = Labelled(f"{Path(lab_dir).name}/{key}", int(m.group(1)) if m else 0, summary)
+            run = Labelled(f"{Path(lab_dir).name}/{key}", summary)
             rel = ours_first_alerts(stream, relative_config())
             run.ours = {
                 **ours_first_alerts(stream),
@@ -465,11 +463,9 @@ def write_detection_report(runs: Sequence[Labelled], out: Path, command: str) ->
                 f"| {which} | {item} | {len(hit_c)}/{n_c} | {len(hit_s)}/"
                 f"{len(runs) - n_c} | {fmt(float(np.median(steps)), 0)} |"
             )
-    notes = out.with_name(f"{out.stem}_notes.md")
-    if notes.is_file():  # hand-written context kept across regenerations
-        lines += ["", f"## Notes (from `{notes.name}`, written by hand)", "", notes.read_text()]
+    lines += ["", *hand_notes(out)]
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(lines) + "\n")
+    out.write_text("\n".join(lines).rstrip("\n") + "\n")
 
 
 # ---------------------------------------------------------------------------- stress runs

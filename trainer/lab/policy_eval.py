@@ -34,8 +34,9 @@ def load_policy_evals(lab_dir: Path) -> dict[str, dict[str, Any]]:
     return data if isinstance(data, dict) else {}
 
 
-def eval_policy_at(run_dir: Path, step: int | None) -> float:
-    """Sampled held-out accuracy of π at checkpoint `step` (None: the cold start)."""
+def eval_policy_at(run_dir: Path, steps: list[int | None]) -> list[float]:
+    """Sampled held-out accuracy of π at each checkpoint step (None: the cold start),
+    loading the run's model once."""
     import torch  # here, so that the report (which reads the cache) needs no torch
 
     from trainer.checkpoints import list_checkpoints, load_checkpoint
@@ -48,14 +49,18 @@ def eval_policy_at(run_dir: Path, step: int | None) -> float:
     cfg = resume_config(run_dir, [])
     start = cold_start(cfg.model, cfg.task, cfg.cold_start, eval_cfg=cfg.eval, progress=False)
     model, tokenizer = load_policy(start.path, cfg.engine.train_dtype)
-    if step is not None:
-        payload = load_checkpoint(list_checkpoints(run_dir)[step])
-        model.load_state_dict(payload["policy"]["model"])
-    with torch.no_grad():
-        return policy_accuracy(
-            model, tokenizer, make_task(cfg.task), cfg.eval,
-            max_new_tokens=cfg.sampling.max_new_tokens,
-        )  # fmt: skip
+    cold = {k: v.clone() for k, v in model.state_dict().items()}
+    task, ckpts, out = make_task(cfg.task), list_checkpoints(run_dir), []
+    for step in steps:
+        weights = cold if step is None else load_checkpoint(ckpts[step])["policy"]["model"]
+        model.load_state_dict(weights)
+        with torch.no_grad():
+            out.append(
+                policy_accuracy(
+                    model, tokenizer, task, cfg.eval, max_new_tokens=cfg.sampling.max_new_tokens
+                )
+            )
+    return out
 
 
 def run_policy_evals(lab_dir: Path, specs: list[RunSpec], say: Any = print) -> dict:
@@ -76,9 +81,10 @@ def run_policy_evals(lab_dir: Path, specs: list[RunSpec], say: Any = print) -> d
         if done.get(spec.key, {}).get("steps") == steps:
             continue
         setting = spec.key.split("/")[0]
-        if setting not in pi0:
-            pi0[setting] = eval_policy_at(run_dir, None)
-        pis = [eval_policy_at(run_dir, step) for step in steps]
+        cold = [] if setting in pi0 else [None]
+        pis = eval_policy_at(run_dir, [*cold, *steps])
+        if cold:
+            pi0[setting], pis = pis[0], pis[1:]
         done[spec.key] = {"steps": steps, "pi": pis, "pi0": pi0[setting]}
         say(f"  {spec.key}: π at steps {steps}: {', '.join(f'{x:.3f}' for x in pis)}")
         tmp = lab_dir / (CACHE + ".tmp")

@@ -455,6 +455,15 @@ def _recipes(specs: Sequence[RunSpec]) -> list[str]:
     return lines
 
 
+def hand_notes(out: Path) -> list[str]:
+    """The section of `<stem>_notes.md` beside a generated report `out`, if there is one:
+    hand-written context that survives regenerating the report."""
+    notes = out.with_name(f"{out.stem}_notes.md")
+    if not notes.is_file():
+        return []
+    return [f"## Notes (from `{notes.name}`, written by hand)", "", notes.read_text(), ""]
+
+
 def _example(spec: RunSpec) -> str:
     """The `minirl train` line of a run, paths relative to the repository."""
     cmd = train_command(spec, False)[3:]
@@ -565,10 +574,8 @@ def write_stability_report(
         png = out.with_name(f"{out.stem}_{re.sub(r'[^a-z0-9]+', '_', group.lower())}.png")
         draw_group(members, group, png)
         lines += [f"![{group}]({png.name})", ""]
-    notes = out.with_name(f"{out.stem}_notes.md")
-    if notes.is_file():  # hand-written context kept across regenerations
-        lines += [f"## Notes (from `{notes.name}`, written by hand)", "", notes.read_text(), ""]
-    lines += ["## Per run", "", *run_table(rows), "", "## Recipes", "", *_recipes(specs), ""]
+    lines += [*hand_notes(out), "## Per run", "", *run_table(rows), ""]
+    lines += ["## Recipes", "", *_recipes(specs), ""]
     failed = [k for k, s in manifest.states.items() if s.status == "failed"]
     if failed:
         lines += (
