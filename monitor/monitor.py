@@ -237,6 +237,14 @@ class Monitor:
                 self.store.set_meta("controls", self.controls)
         return action
 
+    def update_controls(self, controls: Mapping[str, Any]) -> None:
+        """Record knobs the run changed by itself (a scripted incident, an operator's
+        change outside the action queue), so the remediation policy reasons on them."""
+        self._check_open()
+        self.controls = dict(controls)
+        with self.store.transaction():
+            self.store.set_meta("controls", self.controls)
+
     # ------------------------------------------------------------------ run life
     def event(self, kind: str, detail: dict[str, Any] | None = None) -> Event:
         """Record a run event (start, resume, checkpoint, rollback, stop, crash...)."""

@@ -26,6 +26,7 @@ from trainer.coldstart import ColdStartConfig
 from trainer.engines.base import SamplingParams
 from trainer.engines.config import EngineConfig, OptimConfig
 from trainer.evaluate import EvalConfig
+from trainer.incidents import Incident
 from trainer.models import ModelConfig
 from trainer.tasks import TaskConfig
 from trainer.tasks.generated import KINDS
@@ -75,6 +76,9 @@ class TrainConfig:
     diagnostics: bool = True
     """Compute the per-step diagnostics of DESIGN.md (mismatch, staleness, routing,
     approx/seq_residual); off leaves only reward, loss and perf metrics."""
+    incidents: tuple[Incident, ...] = ()
+    """Scripted incidents (lab, demo, tests): changes induced at a known step, recorded
+    as `incident` events; see trainer/incidents.py. Empty for a normal run."""
 
     def __post_init__(self) -> None:
         check(self.steps >= 0, "steps", self.steps, "an integer >= 0")

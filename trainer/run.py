@@ -36,6 +36,7 @@ from trainer.engines.base import InferenceEngine, WeightSyncError
 from trainer.engines.factory import make_inference_engine
 from trainer.engines.training import TrainingEngine
 from trainer.evaluate import evaluate, policy_accuracy
+from trainer.incidents import SET_ROLLOUT_QUANT, Incident, apply_rollout_quant, due
 from trainer.progress import NoProgress, Progress
 from trainer.step import NonFiniteBatch, rl_step
 from trainer.tasks import Task, make_task
@@ -135,7 +136,10 @@ def train(
             bar.message(f"held-out accuracy after cold start: {acc['eval/acc']:.3f}")
 
         while step < tc.steps:
-            # ---- step boundary: remediation actions (automatic or from the dashboard) ----
+            # ---- step boundary: scripted incidents, then remediation actions ----------
+            for incident in due(tc.incidents, step + 1):
+                controls = _induce(mon, incident, controls, cfg, policy, engine, bar)
+            # remediation actions (automatic or from the dashboard)
             controls, request = _apply_actions(mon, controls, cfg, policy.is_moe, bar)
             if request is not None and request.kind == "stop":
                 stopped = "stop action"
@@ -250,6 +254,35 @@ def _checkpoint(
 ) -> None:
     path = save_checkpoint(run_dir, step, policy.state_dict(), controls, keep)
     mon.event("checkpoint", {"step": step, "path": str(path)})
+
+
+def _induce(
+    mon: Monitor,
+    incident: Incident,
+    controls: Controls,
+    cfg: RunConfig,
+    policy: TrainingEngine,
+    engine: InferenceEngine,
+    bar: Progress,
+) -> Controls:
+    """Apply one scripted incident, record it as an `incident` event (labelled induced)."""
+    if incident.kind == SET_ROLLOUT_QUANT:
+        apply_rollout_quant(engine, policy.model, incident.params["weight_quant"])
+    else:
+        try:
+            out = apply_action(
+                controls, incident.kind, incident.params,
+                prompts_per_step=cfg.train.prompts_per_step, moe=policy.is_moe,
+            )  # fmt: skip
+        except Rejected as why:
+            raise UserError(f"{incident.describe()}: cannot be applied ({why})") from None
+        assert isinstance(out, Controls)  # rollback/stop are not incident kinds
+        controls = out
+        mon.update_controls(controls.for_monitor(cfg.optim.lr, policy.is_moe))
+    mon.event("incident", {"kind": incident.kind, "params": incident.params,
+                           "note": incident.describe(), "induced": True})  # fmt: skip
+    bar.message(incident.describe())
+    return controls
 
 
 def _apply_actions(
