@@ -10,9 +10,10 @@ from __future__ import annotations
 import importlib
 import sys
 
-# name -> (module, one-line help). Modules outside `trainer` must not import torch.
+# name -> (module, one-line help); the module is imported only when its command runs.
+# analyze, export, import, dashboard and prometheus-rules must not import torch.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("trainer.demo", "short live training run plus the dashboard"),
+    "demo": ("app.demo", "short live training run plus the dashboard"),
     "train": ("trainer.train", "run training from a YAML config"),
     "dashboard": ("dashboard.serve", "serve the Streamlit dashboard over a folder of runs"),
     "analyze": ("monitor.analyze_cli", "post-hoc analysis of a run (collapse onset, precursors)"),
@@ -20,7 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "import": ("monitor.import_cli", "import a foreign log (JSONL, CSV, TensorBoard) as a run"),
     "prometheus-rules": ("monitor.rules_cli", "print the Prometheus alert rules (YAML)"),
     "build-model": ("trainer.models.build_cli", "build a tiny local checkpoint + tokenizer"),
-    "bench": ("trainer.bench_cli", "benchmarks and the stability lab"),
+    "bench": ("bench.cli", "benchmarks and the stability lab"),
 }
 
 

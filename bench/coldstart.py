@@ -1,6 +1,6 @@
 """Benchmark: the real cold start of a run config, timed, with held-out accuracies.
 
-    python bench/coldstart_bench.py [CONFIG.yaml] [--set cold_start.steps=600 ...]
+    minirl bench coldstart [CONFIG.yaml] [--set cold_start.steps=600 ...]
 
 Trains into a fresh temporary cache (never reuses one), so the time is the full cost:
 build the tiny model, SFT, evaluate greedy and sampled on the held-out set. Prints one
@@ -13,22 +13,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="minirl bench coldstart", description=__doc__.split("\n")[0])
     parser.add_argument(
         "config", nargs="?", default=None, help="run config YAML (default: built-in defaults)"
     )
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     import torch
 
@@ -57,6 +53,3 @@ def main() -> int:
     print(json.dumps(row))
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """Dashboard benchmark: time to first render of a 100k-step run; live refresh in a real browser.
 
-    .venv/bin/python bench/dashboard_bench.py [--steps 100000] [--store DIR] [--no-browser]
+    minirl bench dashboard [--steps 100000] [--store DIR] [--no-browser]
 
 1. Builds a run of `--steps` steps × 60 scalars (DESIGN.md's canonical names plus
    per-layer routing series) with log ρ / log r histograms every step and a few hundred
@@ -25,7 +25,6 @@ import platform
 import re
 import shutil
 import socket
-import sys
 import tempfile
 import threading
 import time
@@ -33,18 +32,16 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
+from bench import REPO, RESULTS
+from bench.browser import Browser
+from dashboard.serve import dashboard_url, start_dashboard, wait_until_ready
+from monitor import Monitor, RunReader
+from monitor.config import MonitorConfig
+from monitor.errors import UserError
+from monitor.histograms import bin_values, spec_for
+from monitor.records import AlertDraft
+from monitor.store import RunStore
 
-from dashboard.serve import dashboard_url, start_dashboard, wait_until_ready  # noqa: E402
-from monitor import Monitor, RunReader  # noqa: E402
-from monitor.config import MonitorConfig  # noqa: E402
-from monitor.histograms import bin_values, spec_for  # noqa: E402
-from monitor.records import AlertDraft  # noqa: E402
-from monitor.store import RunStore  # noqa: E402
-
-RESULTS = ROOT / "bench" / "results"
 CANONICAL = [
     "mismatch/kl_k1", "mismatch/kl_k2", "mismatch/kl_k3", "mismatch/ratio_mean",
     "mismatch/ratio_min", "mismatch/ratio_max", "mismatch/ratio_p01", "mismatch/ratio_p99",
@@ -207,7 +204,7 @@ def bench_apptest(runs: Path, name: str) -> list[tuple[str, float]]:
     from streamlit.testing.v1 import AppTest
 
     os.environ.update(MINIRL_RUNS_DIR=str(runs), MINIRL_DASHBOARD_HOST="127.0.0.1")
-    app = str(ROOT / "dashboard" / "app.py")
+    app = str(REPO / "dashboard" / "app.py")
     rows = []
     st.cache_data.clear()
     dt, at = timed(lambda: AppTest.from_file(app, default_timeout=600).run())
@@ -243,8 +240,6 @@ def charts_ready(browser, expected: int) -> int:
 def bench_browser_long(
     runs: Path, name: str, steps: int, n_charts: int, tmp: Path
 ) -> list[tuple[str, float]]:
-    from browser_cdp import Browser
-
     port = free_port()
     proc = start_dashboard(runs, "127.0.0.1", port, log_file=tmp / "server-long.log")
     rows = []
@@ -293,8 +288,6 @@ def live_writer(run: Path, stop: threading.Event, period_s: float, steps: list[i
 
 
 def bench_browser_live(tmp: Path, query: str = "", label: str = "") -> list[tuple[str, float]]:
-    from browser_cdp import Browser
-
     runs = tmp / f"live-runs{label}"
     runs.mkdir()
     stop, written = threading.Event(), []
@@ -334,12 +327,12 @@ def bench_browser_live(tmp: Path, query: str = "", label: str = "") -> list[tupl
     return rows
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="minirl bench dashboard", description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=100_000)
     p.add_argument("--store", type=Path, default=None, help="keep the long run here")
     p.add_argument("--no-browser", action="store_true")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     RESULTS.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="minirl-dashboard-bench-"))
     runs = args.store or tmp / "runs"
@@ -349,7 +342,7 @@ def main() -> int:
     if run.exists():
         with RunReader(run) as r:
             if r.last_step() != args.steps - 1:
-                raise SystemExit(f"{run} holds another run; remove it or pick --store")
+                raise UserError(f"{run} holds another run; remove it or pick --store")
     else:
         build_s = build_long(run, args.steps)
     size_mb = (run / "store.sqlite").stat().st_size / 2**20
@@ -360,7 +353,7 @@ def main() -> int:
         rows += bench_browser_live(tmp)
         rows += bench_browser_live(tmp, "&sections=Outcome", " (Outcome section only)")
     lines = [
-        "# Dashboard benchmark (`bench/dashboard_bench.py`)",
+        "# Dashboard benchmark (`minirl bench dashboard`)",
         "",
         f"Machine: {platform.machine()}, {os.cpu_count()} CPUs shared with other jobs (load "
         f"average {load:.1f} at the start), Python {platform.python_version()}.",
@@ -395,6 +388,3 @@ def main() -> int:
     shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

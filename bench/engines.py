@@ -1,6 +1,6 @@
 """Benchmark: the vLLM engine against the PyTorch engine, speed and mismatch, in one run.
 
-    python bench/vllm_bench.py [CONFIG.yaml] [--set key=value ...] [--prompts 64]
+    minirl bench vllm [CONFIG.yaml] [--set key=value ...] [--prompts 64]
         [--repeats 5] [--threads 2] [--vllm-threads 1] [--out bench/results/vllm.md]
 
 On the run config's tiny model after its (cached) cold start, and the same prompts:
@@ -24,11 +24,8 @@ import os
 import platform
 import shlex
 import statistics
-import sys
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # (label, backend, inference_dtype, weight_quant, torch threads: None = --threads)
 VARIANTS = [
@@ -114,8 +111,8 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="minirl bench vllm", description=__doc__.split("\n")[0])
     parser.add_argument("config", nargs="?", default=None, help="run config YAML")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--prompts", type=int, default=64, help="prompts per rollout")
@@ -123,7 +120,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2, help="torch threads (PyTorch side)")
     parser.add_argument("--vllm-threads", type=int, default=1, help="torch threads in vLLM")
     parser.add_argument("--out", default="bench/results/vllm.md", help="Markdown output")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     import torch
 
@@ -150,7 +147,7 @@ def main() -> int:
     rows = [measure(*v, ckpt, prompts, params, trainer, args) for v in VARIANTS]
     load1 = os.getloadavg()[0]
 
-    command = "python bench/vllm_bench.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    command = "minirl bench vllm " + " ".join(shlex.quote(a) for a in argv)
     m = cfg.model
     text = "\n".join(
         [
@@ -183,6 +180,3 @@ def main() -> int:
     print(text)
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

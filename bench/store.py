@@ -1,6 +1,6 @@
 """Run-store benchmark: write throughput through `Monitor.log`, load time of long series.
 
-    .venv/bin/python bench/store_bench.py [--write-steps 2000] [--load-steps 100000]
+    minirl bench store [--write-steps 2000] [--load-steps 100000]
 
 1. Write: `Monitor.log` with 80 scalars per step (all default detectors on, one SQLite
    transaction per step), with and without one 4096-value distribution per step.
@@ -16,19 +16,16 @@ import argparse
 import os
 import platform
 import sqlite3
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from monitor import Monitor, RunReader, list_runs  # noqa: E402
-from monitor.config import DetectorsConfig  # noqa: E402
-from monitor.store import RunStore  # noqa: E402
+from bench import RESULTS
+from monitor import Monitor, RunReader, list_runs
+from monitor.config import DetectorsConfig
+from monitor.store import RunStore
 
 CANONICAL = sorted(
     {
@@ -86,16 +83,16 @@ def build_long(path: Path, steps: int, names: list[str]) -> float:
     return elapsed
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="minirl bench store", description=__doc__.split("\n\n")[0])
     p.add_argument("--write-steps", type=int, default=2000)
     p.add_argument("--load-steps", type=int, default=100_000)
     p.add_argument("--metrics", type=int, default=80)
-    p.add_argument("--out", type=Path, default=ROOT / "bench/results/store.md")
-    args = p.parse_args()
+    p.add_argument("--out", type=Path, default=RESULTS / "store.md")
+    args = p.parse_args(argv)
     names = metric_names(args.metrics)
     lines = [
-        "# Run-store benchmark (`bench/store_bench.py`)",
+        "# Run-store benchmark (`minirl bench store`)",
         "",
         f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs (shared),"
         f" Python {platform.python_version()}, SQLite {sqlite3.sqlite_version}.",
@@ -158,6 +155,3 @@ def main() -> int:
     print(f"-> {args.out}")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

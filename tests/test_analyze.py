@@ -159,7 +159,7 @@ def test_a_healthy_run_has_no_onset(tmp_path):
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     code = (
-        "import sys; from trainer.cli import main; rc = main(sys.argv[1:]); "
+        "import sys; from app.cli import main; rc = main(sys.argv[1:]); "
         "assert 'torch' not in sys.modules, 'torch loaded'; sys.exit(rc)"
     )
     return subprocess.run(

@@ -14,9 +14,9 @@ import pytest
 
 from monitor.errors import UserError
 from trainer.config import dump_config
-from trainer.lab import speed
-from trainer.lab.speed_stats import median_ci, median_ratio_ci
-from trainer.lab.speed_trl import TRL_VENV
+from bench.speed import cli as speed
+from bench.speed.stats import median_ci, median_ratio_ci
+from bench.speed.vs_trl import TRL_VENV
 
 
 def test_median_ratio_is_the_ratio_of_medians_minus_one():

@@ -15,7 +15,7 @@ from typing import Literal
 import pytest
 
 from monitor.errors import UserError
-from trainer import cli
+from app import cli
 from trainer.config import RunConfig, TrainConfig, config_to_dict, dump_config, load_config
 from trainer.tasks import TaskConfig
 from trainer.typed_config import config_hash, from_data, yaml_dump, yaml_load
@@ -248,7 +248,7 @@ def test_cli_exit_code_for_a_bad_config(tmp_path, monkeypatch, capsys):
 def test_minirl_train_bad_yaml_exits_2(tmp_path):
     bad = _yaml(tmp_path, "train: {routing_replay: R9}\n")
     out = subprocess.run(
-        [sys.executable, "-m", "trainer.cli", "train", str(bad)],
+        [sys.executable, "-m", "app.cli", "train", str(bad)],
         capture_output=True, text=True, cwd=ROOT, timeout=120,
     )  # fmt: skip
     assert out.returncode == 2, out.stderr

@@ -1,7 +1,7 @@
 """The served dashboard in a real headless Chromium while a run is being written.
 
 `start_dashboard` serves the app on a free loopback port; a background thread logs steps
-through `Monitor.log`, as a trainer does. One DevTools page session (tests/browser_cdp.py)
+through `Monitor.log`, as a trainer does. One DevTools page session (bench/browser.py)
 loads the Live page, waits for it to show the run (the first load after a cold server
 start can stay blank: ENGINES.md, so it reloads once if needed), then, without any
 reload, waits for a larger "last step N" to appear: the page refreshed itself. A marker
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from browser_cdp import Browser, chromium_available
+from bench.browser import Browser, chromium_available
 
 from dashboard.serve import dashboard_url, start_dashboard, wait_until_ready
 from monitor import Monitor

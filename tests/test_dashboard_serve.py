@@ -21,7 +21,7 @@ from monitor.errors import UserError
 
 def cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "trainer.cli", "dashboard", *args],
+        [sys.executable, "-m", "app.cli", "dashboard", *args],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from monitor import Monitor, RunReader
-from trainer.cli import main as cli
+from app.cli import main as cli
 
 ROOT = Path(__file__).resolve().parents[1]
 VALUES = {
@@ -113,7 +113,7 @@ def test_cli_process_survives_a_closed_pipe_and_never_loads_torch(tmp_path):
         for step in range(300):
             mon.log(step, {f"m/{i:02d}": step + i / 7 for i in range(40)})
     code = (
-        "import sys; from trainer.cli import main; rc = main(sys.argv[1:]); "
+        "import sys; from app.cli import main; rc = main(sys.argv[1:]); "
         "assert 'torch' not in sys.modules; sys.exit(rc)"
     )
     proc = subprocess.Popen(

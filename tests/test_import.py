@@ -16,7 +16,7 @@ import pytest
 from monitor.importers.names import PEER_NAMES, canonical_name
 from monitor.importers.tensorboard import parse_tensorboard
 from monitor.reader import RunReader
-from trainer.cli import main
+from app.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -330,7 +330,7 @@ def test_import_cli_does_not_load_torch(tmp_path):
     log = tmp_path / "a.jsonl"
     log.write_text(json.dumps({"step": 0, "loss": 1.0}) + "\n")
     code = (
-        "import sys; from trainer.cli import main; rc = main(sys.argv[1:]); "
+        "import sys; from app.cli import main; rc = main(sys.argv[1:]); "
         "assert 'torch' not in sys.modules, 'torch loaded'; sys.exit(rc)"
     )
     out = subprocess.run(

@@ -21,19 +21,19 @@ import pytest
 
 from monitor import Monitor, RunReader
 from monitor.errors import UserError
-from trainer.lab import detection
-from trainer.lab.detection import Labelled, ours_first_alerts, score, tune
-from trainer.lab.policy_eval import load_policy_evals
-from trainer.lab.report import compare, write_stability_report
-from trainer.lab.runner import (
+from bench.lab import detection
+from bench.lab.detection import Labelled, ours_first_alerts, score, tune
+from bench.lab.policy_eval import load_policy_evals
+from bench.lab.report import compare, write_stability_report
+from bench.lab.runner import (
     Manifest,
     RunSpec,
     load_manifest,
     merge_specs,
     save_manifest,
 )
-from trainer.lab.stability import SETTINGS, lab_specs
-from trainer.lab.summary import collapse_onset, summarize_run, trend
+from bench.lab.stability import SETTINGS, lab_specs
+from bench.lab.summary import collapse_onset, summarize_run, trend
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -127,7 +127,7 @@ def test_quick_lab_machinery_survives_a_kill_and_resumes(tmp_path):
     argv = ["bench", "stability", "--settings", "onpolicy_minirl,onpolicy_no_is", "--steps", "3",
             "--seeds", "1", "--lab-dir", str(lab), "--out", str(out_md), *sets]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "trainer.cli", *argv]
+    cmd = [sys.executable, "-m", "app.cli", *argv]
     runner = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
     second = lab / "onpolicy_no_is" / "seed0"
@@ -372,7 +372,7 @@ def test_the_tuning_split_is_fixed_and_about_half():
 
 
 def test_window_mean_counts_only_finite_values_inside_the_window():
-    from trainer.lab.summary import window_mean
+    from bench.lab.summary import window_mean
 
     steps = np.array([0, 1, 2, 3, 20, 21])
     values = np.array([100.0, 1.0, np.nan, 3.0, 5.0, 100.0])
@@ -428,7 +428,7 @@ def test_detection_bench_end_to_end_on_a_synthetic_lab(tmp_path, capsys):
 def test_off_policy_verdicts_name_what_the_numbers_allow():
     from types import SimpleNamespace
 
-    from trainer.lab.report import SettingRow, findings
+    from bench.lab.report import SettingRow, findings
 
     def row(name, lates, collapsed):
         runs = [SimpleNamespace(late_eval=x, collapsed=collapsed) for x in lates]

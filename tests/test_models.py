@@ -83,7 +83,7 @@ def test_config_rejects_sizes_the_cpu_kernels_cannot_run():
 
 def test_build_model_cli(tmp_path, capsys):
     """Through the real dispatcher, in-process (a subprocess would re-import torch)."""
-    from trainer.cli import main
+    from app.cli import main
 
     out = tmp_path / "m"
     assert main(["build-model", "--arch", "qwen3", "--out", str(out), "--set", "seed=2"]) == 0

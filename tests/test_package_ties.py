@@ -36,7 +36,7 @@ def test_packages_keep_their_one_way_ties():
 
 def test_cli_help_does_not_load_torch():
     code = (
-        "import sys; from trainer.cli import main; main(['--help']); "
+        "import sys; from app.cli import main; main(['--help']); "
         "assert 'torch' not in sys.modules, 'torch loaded'"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -46,7 +46,7 @@ def test_cli_help_does_not_load_torch():
 
 def test_cli_unknown_command_is_a_clear_error():
     out = subprocess.run(
-        [sys.executable, "-m", "trainer.cli", "frobnicate"], capture_output=True, text=True
+        [sys.executable, "-m", "app.cli", "frobnicate"], capture_output=True, text=True
     )
     assert out.returncode == 2
     assert "unknown command 'frobnicate'" in out.stderr

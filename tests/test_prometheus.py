@@ -292,7 +292,7 @@ def test_promtool_checks_and_unit_tests_the_rules(tmp_path):
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     code = (
-        "import sys; from trainer.cli import main; rc = main(sys.argv[1:]); "
+        "import sys; from app.cli import main; rc = main(sys.argv[1:]); "
         "assert 'torch' not in sys.modules, 'torch loaded'; sys.exit(rc)"
     )
     return subprocess.run(

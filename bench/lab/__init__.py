@@ -1,1 +1,2 @@
-"""The stability lab: the paper's findings at small scale, detection and speed benchmarks."""
+"""The stability lab (`minirl bench stability`) and the detection benchmark
+(`minirl bench detection`): many `minirl train` runs, then reports read from their stores."""

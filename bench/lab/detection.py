@@ -45,9 +45,9 @@ from monitor.detectors import build_detectors
 from monitor.errors import UserError
 from monitor.reader import RunReader
 from monitor.records import AlertDraft, severity_rank
-from trainer.lab.report import hand_notes
-from trainer.lab.runner import RunSpec, detach, load_manifest, run_all, status_table
-from trainer.lab.summary import RunSummary, fmt, summarize_run
+from bench.lab.report import hand_notes
+from bench.lab.runner import RunSpec, detach, load_manifest, run_all, status_table
+from bench.lab.summary import RunSummary, fmt, summarize_run
 
 REPO = Path(__file__).resolve().parents[2]
 OUTCOME_DETECTORS = ("reward_collapse", "eval_collapse")
@@ -474,7 +474,7 @@ STRESS_SETTINGS = ("stress_lr_ramp", "stress_offpolicy8x_noclip_lr_ramp", "stres
 
 
 def stress_specs(lab_dir: Path, seeds: int, steps: int | None, extra: list[str]) -> list[RunSpec]:
-    from trainer.lab.stability import CONFIG_DIR, lab_specs
+    from bench.lab.stability import CONFIG_DIR, lab_specs
 
     return lab_specs(lab_dir, list(STRESS_SETTINGS), seeds, steps, extra, CONFIG_DIR)
 

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from trainer.lab.runner import RunSpec
+from bench.lab.runner import RunSpec
 
 CACHE = "policy_eval.json"
 
@@ -67,7 +67,7 @@ def run_policy_evals(lab_dir: Path, specs: list[RunSpec], say: Any = print) -> d
     """Measure π at every kept checkpoint (the last three: 150, 175, 200 in the full lab)
     of every finished run not measured at those steps, and π at its cold start."""
     from trainer.checkpoints import list_checkpoints
-    from trainer.lab.summary import summarize_run
+    from bench.lab.summary import summarize_run
 
     lab_dir = Path(lab_dir)
     done = load_policy_evals(lab_dir)

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from trainer.lab.policy_eval import load_policy_evals
-from trainer.lab.runner import RunSpec, load_manifest, train_command
-from trainer.lab.summary import RunSummary, fmt, summarize_run, window_mean
+from bench.lab.policy_eval import load_policy_evals
+from bench.lab.runner import RunSpec, load_manifest, train_command
+from bench.lab.summary import RunSummary, fmt, summarize_run, window_mean
 
 
 @dataclass
@@ -70,7 +70,7 @@ def compare(a: Sequence[float], b: Sequence[float]) -> tuple[str, float | None]:
 
 def collect(lab_dir: Path, specs: Sequence[RunSpec]) -> list[SettingRow]:
     """One row per setting, in the order of the specs, with the summaries that exist."""
-    from trainer.lab.stability import BY_NAME
+    from bench.lab.stability import BY_NAME
 
     rows: dict[str, SettingRow] = {}
     for spec in specs:

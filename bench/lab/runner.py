@@ -145,7 +145,7 @@ def has_checkpoint(run_dir: Path) -> bool:
 
 def train_command(spec: RunSpec, resume: bool, python: str = sys.executable) -> list[str]:
     """The `minirl train` command line of a run (what the report prints as its recipe)."""
-    cmd = [python, "-m", "trainer.cli", "train", spec.config]
+    cmd = [python, "-m", "app.cli", "train", spec.config]
     for override in spec.overrides:
         cmd += ["--set", override]
     cmd += ["--run-dir", spec.run_dir, "--quiet"]
@@ -186,7 +186,7 @@ def _pid_alive(pid: int | None) -> bool:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
-    return b"trainer.cli" in cmdline
+    return b"app.cli" in cmdline
 
 
 def _wait_for_stray(state: RunState, timeout_s: float = 120.0) -> None:
@@ -399,7 +399,7 @@ def detach(lab_dir: Path, bench_argv: list[str], status: str) -> int:
     lab_dir.mkdir(parents=True, exist_ok=True)
     log = lab_dir / "runner.log"
     rest = [a for a in bench_argv if a != "--background"]
-    cmd = [sys.executable, "-m", "trainer.cli", "bench", *rest]
+    cmd = [sys.executable, "-m", "app.cli", "bench", *rest]
     with log.open("a") as fh:
         fh.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(cmd)}\n")
         fh.flush()

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from monitor.errors import UserError
-from trainer.lab.runner import RunSpec, detach, run_all, status_table
+from bench.lab.runner import RunSpec, detach, run_all, status_table
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG_DIR = REPO / "configs" / "lab"
@@ -173,11 +173,11 @@ def main(argv: list[str]) -> int:
         run_all(lab_dir, specs, jobs=args.jobs, meta={"command": command.strip()})
         print(f"lab finished in {(time.monotonic() - t0) / 60:.1f} min")
     if not args.report_only or args.policy_eval:
-        from trainer.lab.policy_eval import run_policy_evals
+        from bench.lab.policy_eval import run_policy_evals
 
         print("held-out accuracy of the trained policy π (fp32) at the kept checkpoints:")
         run_policy_evals(lab_dir, specs)
-    from trainer.lab.report import write_stability_report
+    from bench.lab.report import write_stability_report
 
     write_stability_report(lab_dir, out, specs=specs, command=command.strip())
     print(f"report: {out}")

@@ -12,11 +12,11 @@ one process measures, in this order, with the load average noted at start and en
    diagnostics). Reported: medians, paired overheads with bootstrap 95 % intervals
    (whole step; step without its rollout, which is identical work in both arms), the
    difference by part of the step, and a cProfile of a diagnostics-on step;
-2. trainer step vs TRL's GRPOTrainer (`speed_trl.py`, `trl_step.py`, bench/.venv-trl): the
+2. trainer step vs TRL's GRPOTrainer (`vs_trl.py`, `trl_step.py`, bench/.venv-trl): the
    same checkpoint, prompts, group size, max new tokens and updates per rollout, rounds
    of TRL then ours back to back, each round from the cold-start weights;
-3. rollout throughput, vLLM vs PyTorch engine (`bench/vllm_bench.py`'s `measure`);
-4. run-store write throughput and long-run load time (`bench/store_bench.py`).
+3. rollout throughput, vLLM vs PyTorch engine (`bench/engines.py`'s `measure`);
+4. run-store write throughput and long-run load time (`bench/store.py`).
 
 Writes Markdown (--out) with the exact command and machine facts, and every raw timing
 beside it (same name, .json). It deliberately owns no measurement code of parts 3-4 (it
@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
-import importlib.util
 import json
 import os
 import shlex
@@ -37,12 +36,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
+from bench.engines import VARIANTS, measure
+from bench.store import bench_write, best, build_long, metric_names
 from monitor.errors import UserError
-from trainer.lab.speed_stats import median_ci, median_ratio_ci
-from trainer.lab.speed_trl import setup_trl_venv, trl_comparison, trl_python
+from bench.speed.stats import median_ci, median_ratio_ci
+from bench.speed.vs_trl import setup_trl_venv, trl_comparison, trl_python
 
 REPO = Path(__file__).resolve().parents[2]
 PARTS = ("diagnostics", "trl", "vllm", "store")
@@ -245,21 +245,9 @@ def _profile_step(s: Setup, steps: int) -> list[tuple[str, float, float]]:
 # --------------------------------------------------------------------------- 3-4. bench scripts
 
 
-def _bench_module(name: str) -> ModuleType:
-    """bench/<name>.py, imported (its functions are the measurement; not duplicated here)."""
-    path = REPO / "bench" / f"{name}.py"
-    if not path.is_file():
-        raise UserError(f"{path} is missing: `minirl bench speed` runs from a source checkout")
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def engine_throughput(s: Setup, effort: Effort, args: argparse.Namespace) -> list[dict]:
     from trainer.evaluate import encode_prompts
 
-    vb = _bench_module("vllm_bench")
     prompts = encode_prompts(s.policy.tokenizer, [ex.prompt for ex in s.examples(0)])
     ns = argparse.Namespace(threads=args.threads, vllm_threads=args.vllm_threads,
                             repeats=effort.engine_repeats)  # fmt: skip
@@ -268,28 +256,27 @@ def engine_throughput(s: Setup, effort: Effort, args: argparse.Namespace) -> lis
         wanted += ["vLLM fp32", "vLLM bf16"]
     s.policy.load_state_dict(s.snapshot)
     rows = []
-    for variant in vb.VARIANTS:
+    for variant in VARIANTS:
         if variant[0] in wanted:
-            rows.append(vb.measure(*variant, s.ckpt, prompts, s.cfg.sampling, s.policy, ns))
+            rows.append(measure(*variant, s.ckpt, prompts, s.cfg.sampling, s.policy, ns))
             _say(f"engine {variant[0]}: {rows[-1]['tok_per_s']:.0f} tokens/s")
     return rows
 
 
 def store_speed(effort: Effort, root: Path) -> dict[str, float]:
-    sb = _bench_module("store_bench")
-    names = sb.metric_names(80)
-    out = {f"write_{d}": sb.bench_write(root, effort.write_steps, names, dist=d)
+    names = metric_names(80)
+    out = {f"write_{d}": bench_write(root, effort.write_steps, names, dist=d)
            for d in (False, True)}  # fmt: skip
     from monitor import RunReader
 
     run = root / "long"
-    out["build_s"] = sb.build_long(run, effort.load_steps, names)
+    out["build_s"] = build_long(run, effort.load_steps, names)
     t = time.perf_counter()
     with RunReader(run) as r:
         out["open_s"] = time.perf_counter() - t
-        out["one_s"] = sb.best(lambda: r.scalars(names[0]))
-        out["ten_s"] = sb.best(lambda: r.scalars(names[:10]))
-        out["all_s"] = sb.best(lambda: r.scalars(names), repeat=1)
+        out["one_s"] = best(lambda: r.scalars(names[0]))
+        out["ten_s"] = best(lambda: r.scalars(names[:10]))
+        out["all_s"] = best(lambda: r.scalars(names), repeat=1)
         steps, _ = r.scalars(names[0])[names[0]]
         if steps.size != effort.load_steps:
             raise RuntimeError(f"store returned {steps.size} steps, wrote {effort.load_steps}")
@@ -352,7 +339,7 @@ def main(argv: list[str]) -> int:
     out = Path(args.out) if args.out else REPO / "bench" / "results" / default_out
 
     from trainer.config import load_config
-    from trainer.lab.speed_report import machine_facts, render
+    from bench.speed.report import machine_facts, render
 
     cfg = load_config(args.config, args.set)
     args.threads = args.threads or cfg.threads or os.cpu_count() or 1

@@ -1,6 +1,6 @@
 """The Markdown page of `minirl bench speed`: machine facts and one table per part.
 
-Formatting only: every number comes from `trainer/lab/speed.py`, which measures. Says
+Formatting only: every number comes from `cli.py` and its parts, which measure. Says
 what each number includes, because a ratio is only as honest as its denominator.
 """
 
@@ -209,7 +209,7 @@ def _engines(rows: list[dict]) -> list[str]:
     if "vLLM bf16" in speed and "PyTorch fp32" in speed:
         ratio = speed["vLLM bf16"] / speed["PyTorch fp32"]
         note = f"vLLM bf16 ÷ PyTorch fp32 throughput: {ratio:.2f}; "
-    tail = "median of the timed rollouts after a warm-up (`bench/vllm_bench.py`'s `measure`)."
+    tail = "median of the timed rollouts after a warm-up (`bench/engines.py`'s `measure`)."
     return [*lines, "", note + tail]
 
 
@@ -230,7 +230,7 @@ def _store(st: dict[str, Any], steps: int, write_steps: int) -> list[str]:
         f"| load all 80 metrics, all steps | {st['all_s']:.2f} s |",
         "",
         f"Write: {write_steps} steps through `Monitor.log`. Loads: `RunReader.scalars`, best "
-        "of 3 (all metrics: one), warm OS cache (`bench/store_bench.py`'s functions).",
+        "of 3 (all metrics: one), warm OS cache (`bench/store.py`'s functions).",
     ]
 
 
@@ -279,7 +279,7 @@ def _summary(results: dict[str, Any], target: float) -> list[str]:
 def render(
     cfg: Any, effort: Any, results: dict[str, Any], facts: dict[str, str], command: str
 ) -> str:
-    from trainer.lab.speed import TARGET_OVERHEAD
+    from bench.speed.cli import TARGET_OVERHEAD
 
     m, sp, tc = cfg.model, cfg.sampling, cfg.train
     out = [

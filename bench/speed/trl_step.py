@@ -1,14 +1,14 @@
 """TRL's GRPOTrainer on our tiny checkpoint, timed per step: the peer of `minirl bench speed`.
 
-    bench/.venv-trl/bin/python trainer/lab/trl_step.py SPEC.json OUT.json
+    PYTHONPATH=. bench/.venv-trl/bin/python -m bench.speed.trl_step SPEC.json OUT.json
 
-Runs in TRL's own environment (`bench/.venv-trl`, see `trainer/lab/speed_trl.py`), never
-imported by our code: TRL pins its own transformers/accelerate/datasets. SPEC.json says
-what to match (checkpoint, prompts and answers in step order, group size, lengths,
-updates per rollout, optimiser, threads, the task config for the reward); OUT.json gets
-the wall and CPU time of every optimiser step, TRL's own completion lengths and rewards,
-and the versions used. The reward is our task's verifier (`trainer.tasks`, imported from
-the repository; it needs no torch), so both trainers score the same text the same way.
+Runs in TRL's own environment (`bench/.venv-trl`, see `vs_trl.py`), never imported by
+our code: TRL pins its own transformers/accelerate/datasets. SPEC.json says what to match
+(checkpoint, prompts and answers in step order, group size, lengths, updates per rollout,
+optimiser, threads, the task config for the reward); OUT.json gets the wall and CPU time
+of every optimiser step, TRL's own completion lengths and rewards, and the versions used.
+The reward is our task's verifier (`trainer.tasks`, imported from the checkout on
+PYTHONPATH; it needs no torch), so both trainers score the same text the same way.
 
 It deliberately does nothing clever: TRL's documented GRPOConfig options only, TRL's own
 generation (transformers `generate`, use_vllm=False), no callbacks but the timer.
@@ -23,8 +23,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _reward_fn(task):
@@ -41,8 +39,6 @@ def main(argv: list[str]) -> int:
     out_path = Path(argv[1])
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no hub on this machine: fail fast, not slow
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    sys.path.insert(0, str(REPO))
-    sys.path.extend(spec.get("user_paths", []))  # a user's module:function verifier
 
     import datasets
     import torch

@@ -1,7 +1,7 @@
 """Part 2 of `minirl bench speed`: our trainer's step against TRL's GRPOTrainer.
 
 TRL runs in its own virtual environment (bench/.venv-trl: TRL pins its own transformers,
-accelerate and datasets), as a subprocess (`trainer/lab/trl_step.py`) that receives what
+accelerate and datasets), as a subprocess (`python -m bench.speed.trl_step`) that receives what
 to match in a JSON spec. Rounds alternate TRL and our loop's per-step work on the same
 checkpoint and example sets, each round from the cold-start weights. This module does
 not install anything unless asked (`setup_trl_venv`, `minirl bench speed --setup-trl`).
@@ -19,10 +19,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import REPO
 from monitor.errors import UserError
-from trainer.lab.speed_stats import median_ratio_ci
+from bench.speed.stats import median_ratio_ci
 
-REPO = Path(__file__).resolve().parents[2]
 TRL_VENV = REPO / "bench" / ".venv-trl"
 TRL_PINS = ("trl==1.16.0", "transformers==5.19.0")  # the transformers our checkpoints load in
 TORCH_PIN = "torch==2.13.0"  # in every pip command: never let TRL's deps pull a CUDA torch
@@ -70,14 +70,15 @@ def _trl_round(s: Any, py: Path, steps: int, threads: int, root: Path) -> dict[s
         "temperature": sp.temperature, "top_p": sp.top_p, "top_k": sp.top_k,
         "eps_low": cfg.loss.eps_low, "eps_high": cfg.loss.eps_high,
         "optim": dataclasses.asdict(cfg.optim), "threads": threads, "seed": cfg.seed,
-        "user_paths": _user_paths(),
     }  # fmt: skip
     spec_path, out_path, log_path = root / "trl_spec.json", root / "trl_out.json", root / "trl.log"
     spec_path.write_text(json.dumps(spec))
-    script = Path(__file__).with_name("trl_step.py")
+    # our task's verifier is imported from the checkout, a user's `module:function` one
+    # from the folders it was found in here
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *_user_paths()])}
+    cmd = [str(py), "-m", "bench.speed.trl_step", str(spec_path), str(out_path)]
     with log_path.open("w") as log:
-        done = subprocess.run([str(py), str(script), str(spec_path), str(out_path)],
-                              stdout=log, stderr=subprocess.STDOUT, check=False)  # fmt: skip
+        done = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, check=False)
     if done.returncode != 0:
         tail = "".join(log_path.read_text().splitlines(keepends=True)[-15:])
         raise RuntimeError(f"TRL subprocess failed (exit {done.returncode}):\n{tail}")
