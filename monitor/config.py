@@ -14,14 +14,11 @@ from the paper's recipes (TIS cap 5, ε_low 0.2, ε_high 0.27, IcePop band [0.5,
 
 from __future__ import annotations
 
-import dataclasses
-import types
-import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from monitor.errors import UserError
 from monitor.records import Factor, Severity
+from monitor.typed_config import from_data
 
 # ---------------------------------------------------------------------------- store
 
@@ -363,73 +360,6 @@ class MonitorConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> MonitorConfig:
-        """Defaults overridden by `data`; unknown keys and wrong types raise UserError."""
-        return _merge(cls(), data or {}, "monitor")
-
-
-def _merge(base: Any, data: Any, path: str) -> Any:
-    """`base` (a dataclass instance) with the fields in `data` replaced, recursively."""
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: expected a mapping, got {data!r}")
-    hints = typing.get_type_hints(type(base))
-    names = {f.name for f in dataclasses.fields(base)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise UserError(
-            f"{path}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(names))}"
-        )
-    changes = {}
-    for key, value in data.items():
-        current = getattr(base, key)
-        sub = f"{path}.{key}"
-        if dataclasses.is_dataclass(current):
-            changes[key] = _merge(current, value, sub)
-        elif key == "histograms":
-            if not isinstance(value, list):
-                raise UserError(f"{sub}: expected a list of {{pattern, lo, hi, bins}}")
-            specs = [
-                _merge(HistogramSpec("*", -5.0, 5.0, 50), v, f"{sub}[{i}]")
-                for i, v in enumerate(value)
-            ]
-            changes[key] = tuple(specs)
-        else:
-            changes[key] = _coerce(value, hints[key], sub)
-    return dataclasses.replace(base, **changes)
-
-
-def _coerce(value: Any, hint: Any, path: str) -> Any:
-    """Check `value` against a field's type; ints are accepted where floats are expected."""
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        for option in typing.get_args(hint):
-            try:
-                return _coerce(value, option, path)
-            except UserError:
-                continue
-        raise UserError(f"{path}: {value!r} is not a valid {hint}")
-    if origin is Literal:
-        if value not in typing.get_args(hint):
-            raise UserError(f"{path}: {value!r} not one of {typing.get_args(hint)}")
-        return value
-    if origin is tuple:
-        args = typing.get_args(hint)
-        if not isinstance(value, list | tuple):
-            raise UserError(f"{path}: expected a list, got {value!r}")
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_coerce(v, args[0], f"{path}[{i}]") for i, v in enumerate(value))
-        if len(value) != len(args):
-            raise UserError(f"{path}: expected {len(args)} items, got {value!r}")
-        return tuple(
-            _coerce(v, a, f"{path}[{i}]") for i, (v, a) in enumerate(zip(value, args, strict=True))
-        )
-    if hint is type(None):
-        if value is not None:
-            raise UserError(f"{path}: expected null, got {value!r}")
-        return None
-    if hint is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if hint in (bool, int, float, str) and (
-        not isinstance(value, hint) or (hint is int and isinstance(value, bool))
-    ):
-        raise UserError(f"{path}: expected {hint.__name__}, got {value!r}")
-    return value
+        """Defaults overridden by `data` (merged key by key, so a partial rule keeps its
+        other fields); unknown keys and wrong types raise UserError naming the key."""
+        return from_data(cls, data, "monitor")

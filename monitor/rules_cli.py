@@ -9,21 +9,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from monitor.errors import UserError
-
 
 def _load_config(path: Path):  # -> MonitorConfig
-    import yaml
-
     from monitor.config import MonitorConfig
+    from monitor.typed_config import read_yaml_mapping
 
-    if not path.is_file():
-        raise UserError(f"config file not found: {path}")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise UserError(f"{path} is not valid YAML: {err}") from err
-    if isinstance(data, dict) and isinstance(data.get("monitor"), dict):
+    data = read_yaml_mapping(path, "monitor config")
+    if isinstance(data.get("monitor"), dict):
         data = data["monitor"]
     return MonitorConfig.from_dict(data)
 

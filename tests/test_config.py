@@ -18,7 +18,7 @@ from monitor.errors import UserError
 from app import cli
 from trainer.config import RunConfig, TrainConfig, config_to_dict, dump_config, load_config
 from trainer.tasks import TaskConfig
-from trainer.typed_config import config_hash, from_data, yaml_dump, yaml_load
+from monitor.typed_config import config_hash, from_data, yaml_dump, yaml_load
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -142,7 +142,7 @@ def _error(tmp_path, text: str = "", overrides=()) -> str:
         ("loss: {eps_low: 2}\n", (), "config key 'loss': "),  # LossConfig's own message
         ("engine: {kv_cache_bytes: 5}\n", (), "config key 'engine': kv_cache_bytes=5: must be"),
         ("model: {head_dim: 48}\n", (), "config key 'model': head_dim=48"),
-        ("monitor: {nope: 1}\n", (), "monitor: unknown key(s) nope"),
+        ("monitor: {nope: 1}\n", (), "config key 'monitor.nope' is unknown"),
         # checks that span sections
         ("sampling: {n: 1}\n", (), "'sampling.n': 1 is invalid; allowed: an integer >= 2"),
         (
@@ -194,7 +194,7 @@ def test_config_hash_is_stable_and_sensitive():
     a = RunConfig()
     assert config_hash(a) == config_hash(RunConfig())
     assert config_hash(a) != config_hash(dataclasses.replace(a, seed=1))
-    code = "from trainer.tasks import TaskConfig; from trainer.typed_config import config_hash;"
+    code = "from trainer.tasks import TaskConfig; from monitor.typed_config import config_hash;"
     out = subprocess.run(
         [sys.executable, "-c", code + "print(config_hash(TaskConfig()))"],
         capture_output=True, text=True, cwd=ROOT, check=True,

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from trainer.models import ModelConfig, build_tiny_checkpoint, load_policy
-from trainer.models.build_cli import parse_overrides
+from monitor.typed_config import parse_overrides
 from trainer.models.tokenizer import ALPHABET, SPECIALS
 
 TEXT = "12+34=46\nWhat is (7*8)-x? It's 56; ok!"
@@ -90,5 +90,6 @@ def test_build_model_cli(tmp_path, capsys):
     assert json.loads((out / "minirl_model.json").read_text())["seed"] == 2
     assert main(["build-model", "--out", str(tmp_path / "x"), "--set", "hiden_size=96"]) == 2
     err = capsys.readouterr().err
-    assert "unknown model field" in err and "Traceback" not in err
+    assert "'model.hiden_size' is unknown (did you mean 'hidden_size'?)" in err
+    assert "Traceback" not in err
     assert not (tmp_path / "x").exists()

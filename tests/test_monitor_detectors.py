@@ -304,12 +304,12 @@ def test_config_overrides_are_strict_and_typed():
     assert cfg.remediation.icepop_band == (0.4, 4.0) and cfg.remediation.max_attempts == 1
     assert cfg.histograms[0].bins == 10 and cfg.histograms[0].lo == 0.0
     for bad, msg in [
-        ({"detectors": {"nope": {}}}, "unknown key"),
-        ({"detectors": {"train_inference_kl": {"warn_levl": 1}}}, "warn_levl"),
-        ({"detectors": {"train_inference_kl": {"persist": "2"}}}, "expected int"),
-        ({"detectors": {"train_inference_kl": {"direction": "up"}}}, "not one of"),
-        ({"remediation": {"icepop_band": [1]}}, "expected 2 items"),
-        ({"store": 3}, "expected a mapping"),
+        ({"detectors": {"nope": {}}}, "'monitor.detectors.nope' is unknown"),
+        ({"detectors": {"train_inference_kl": {"warn_levl": 1}}}, "did you mean 'warn_level'"),
+        ({"detectors": {"train_inference_kl": {"persist": "2"}}}, "expected an integer"),
+        ({"detectors": {"train_inference_kl": {"direction": "up"}}}, "expected one of 'high'"),
+        ({"remediation": {"icepop_band": [1]}}, "expected a list of 2 items"),
+        ({"store": 3}, "'monitor.store': expected a mapping"),
     ]:
         with pytest.raises(UserError, match=msg):
             MonitorConfig.from_dict(bad)

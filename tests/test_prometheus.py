@@ -313,7 +313,7 @@ def test_prometheus_rules_cli(tmp_path):
     out = _cli("prometheus-rules", "--config", str(config))
     assert out.returncode == 2 and "crit_levle" in out.stderr and "Traceback" not in out.stderr
     out = _cli("prometheus-rules", "--config", str(tmp_path / "missing.yaml"))
-    assert out.returncode == 2 and "not found" in out.stderr
+    assert out.returncode == 2 and "missing.yaml: no such file" in out.stderr
 
 
 # ------------------------------------------------------------------------------ real server

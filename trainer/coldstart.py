@@ -26,10 +26,10 @@ from typing import Any, Literal
 import torch
 
 from monitor.errors import UserError
+from monitor.typed_config import check, config_hash
 from trainer.evaluate import EvalConfig, decode_responses, encode_prompts, evaluate, generate
 from trainer.models import ModelConfig, build_tiny_checkpoint, load_policy
 from trainer.tasks import Example, Task, TaskConfig, make_task
-from trainer.typed_config import check, config_hash
 
 # Bump when the procedure changes in a way that changes the weights: old caches go stale.
 COLDSTART_VERSION = 1

@@ -7,7 +7,7 @@
 cold_start, train, eval, monitor) and owns the run-level fields and the checks that
 span sections. `TrainConfig` (the RL loop's own knobs) lives here too. Every default
 lives in a dataclass; conversion, type checks and error messages are the generic
-machinery of `typed_config.py`. This module does not run anything.
+machinery of `monitor/typed_config.py`. This module does not run anything.
 """
 
 from __future__ import annotations
@@ -17,11 +17,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
 from minirl.loss import LossConfig
 from monitor.config import MonitorConfig
 from monitor.errors import UserError
+from monitor.typed_config import (
+    check,
+    from_data,
+    parse_overrides,
+    read_yaml_mapping,
+    to_data,
+    yaml_dump,
+)
 from trainer.coldstart import ColdStartConfig
 from trainer.engines.base import SamplingParams
 from trainer.engines.config import EngineConfig, OptimConfig
@@ -30,15 +36,6 @@ from trainer.incidents import Incident
 from trainer.models import ModelConfig
 from trainer.tasks import TaskConfig
 from trainer.tasks.generated import KINDS
-from trainer.typed_config import (
-    ConfigValueError,
-    apply_override,
-    check,
-    from_data,
-    to_data,
-    yaml_dump,
-    yaml_load,
-)
 
 
 @dataclass(frozen=True)
@@ -185,11 +182,7 @@ class RunConfig:
 
 def config_from_dict(data: dict[str, Any] | None) -> RunConfig:
     """A RunConfig from plain data; UserError names the bad key, value and what is allowed."""
-    try:
-        return from_data(RunConfig, data)
-    except ConfigValueError as err:  # raised by RunConfig's own cross-section checks
-        raise UserError(f"config key '{err.field}': {err.value!r} is invalid; "
-                        f"allowed: {err.allowed}") from None  # fmt: skip
+    return from_data(RunConfig, data)
 
 
 def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
@@ -202,14 +195,12 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
     malformed override, a cycle of bases) raises UserError with one clear line.
     """
     data: Any = {} if path is None else _read_with_bases(Path(path), ())
-    for override in overrides:
-        apply_override(data, override)
-    return config_from_dict(data)
+    return config_from_dict(parse_overrides(overrides, data))
 
 
 def _read_with_bases(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
     """The mapping of `path`, merged over its `base:` chain."""
-    data = _read_mapping(path)
+    data = read_yaml_mapping(path, "config")
     base = data.pop("base", None)
     if base is None:
         return data
@@ -229,27 +220,6 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
         else:
             out[key] = value
     return out
-
-
-def _read_mapping(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"config {path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise UserError(f"config {path}: cannot read ({err})") from None
-    try:
-        data = yaml_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise UserError(f"config {path}: not valid YAML{where}: {problem}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise UserError(f"config {path}: expected a mapping of sections, got {type(data).__name__}")
-    return data
 
 
 def config_to_dict(cfg: RunConfig) -> dict[str, Any]:

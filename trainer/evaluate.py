@@ -17,9 +17,9 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from monitor.typed_config import check
 from trainer.engines.base import InferenceEngine, Rollout, SamplingParams
 from trainer.tasks import Example, Task
-from trainer.typed_config import check
 
 
 @dataclass(frozen=True)

@@ -2,45 +2,17 @@
 
     minirl build-model --arch qwen3_moe --out ckpt/tiny [--set hidden_size=96 --set seed=1]
 
-Each `--set key=value` overrides one `ModelConfig` field, converted to the field's type;
-unknown keys and bad values are errors. It builds weights only: no training.
+Each `--set key=value` overrides one `ModelConfig` field, read and type-checked by the
+shared config loader (monitor/typed_config.py), so unknown keys and bad values are the
+same one-line errors as in a run config. It builds weights only: no training.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import typing
 
-from monitor.errors import UserError
+from monitor.typed_config import from_data, parse_overrides
 from trainer.models.config import ARCHS, ModelConfig
-
-
-def parse_overrides(pairs: list[str]) -> dict[str, object]:
-    """['k=v', ...] -> {field: typed value} for ModelConfig; rejects unknown keys."""
-    hints = typing.get_type_hints(ModelConfig)
-    fields = {f.name for f in dataclasses.fields(ModelConfig)}
-    out: dict[str, object] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        key = key.strip()
-        if not sep:
-            raise UserError(f"--set {pair!r}: expected key=value")
-        if key not in fields:
-            raise UserError(f"--set {key}: unknown model field; known: {', '.join(sorted(fields))}")
-        kind = hints[key]
-        try:
-            if kind is bool:
-                if raw.lower() not in ("true", "false", "1", "0"):
-                    raise ValueError(raw)
-                out[key] = raw.lower() in ("true", "1")
-            elif kind in (int, float):
-                out[key] = kind(raw)
-            else:
-                out[key] = raw
-        except ValueError:
-            raise UserError(f"--set {key}={raw!r}: not a valid {kind.__name__}") from None
-    return out
 
 
 def main(argv: list[str]) -> int:
@@ -49,10 +21,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", required=True, help="checkpoint directory to write")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args(argv)
-    try:
-        cfg = ModelConfig(**{"arch": args.arch, **parse_overrides(args.set)})
-    except ValueError as err:
-        raise UserError(f"model config: {err}") from None
+    cfg = from_data(ModelConfig, parse_overrides(args.set, {"arch": args.arch}), "model")
 
     from trainer.models.build import build_tiny_checkpoint
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from trainer.typed_config import check
+from monitor.typed_config import check
 
 Kind = Literal["add", "add_trace", "reverse", "sort", "jsonl"]
 

@@ -11,7 +11,7 @@ import json
 import random
 from pathlib import Path
 
-from monitor.errors import UserError
+from monitor.errors import UserError, read_text
 from trainer.tasks.base import Example, Task, in_heldout
 from trainer.tasks.config import TaskConfig
 from trainer.tasks.verifiers import Verifier
@@ -22,12 +22,7 @@ KEYS = {"prompt", "answer", "target"}
 def read_jsonl(path: str | Path) -> list[Example]:
     """Every line of a JSONL dataset as an Example; UserError names the bad line."""
     path = Path(path).expanduser()
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"task dataset {path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise UserError(f"task dataset {path}: cannot read ({err})") from None
+    text = read_text(path, "task dataset")
     out = []
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
