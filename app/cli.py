@@ -2,12 +2,15 @@
 
 Each subcommand lives in its own module and is imported only when called, so that
 `analyze`, `export`, `import`, `dashboard` and `prometheus-rules` never load torch and
-start in well under a second. A subcommand is a function `main(argv) -> int`.
+start in well under a second. A subcommand is a function `main(argv) -> int`. The core
+install (`pip install minirl`) has no torch and no Streamlit: a command that needs an extra
+says in one line which one to install instead of failing with a traceback.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 
 # name -> (module, one-line help); the module is imported only when its command runs.
@@ -23,6 +26,31 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "build-model": ("trainer.models.build_cli", "build a tiny local checkpoint + tokenizer"),
     "bench": ("bench.cli", "benchmarks and the stability lab"),
 }
+
+# Third-party module -> the extra of pyproject.toml that installs it.
+EXTRA_OF: dict[str, str] = {
+    **dict.fromkeys(("torch", "transformers", "safetensors"), "train"),
+    "streamlit": "dashboard",
+    **dict.fromkeys(("rlwatch", "matplotlib"), "bench"),
+}
+# Modules a command cannot start without, checked before it is imported (find_spec imports
+# nothing): the dashboard runs Streamlit in a child process, where a missing module would
+# only show as a dead server.
+NEEDS: dict[str, tuple[str, ...]] = {
+    "train": ("torch", "transformers", "safetensors"),
+    "build-model": ("torch", "transformers", "safetensors"),
+    "demo": ("torch", "transformers", "safetensors", "streamlit"),
+    "dashboard": ("streamlit",),
+    "bench": ("torch", "transformers", "safetensors"),
+}
+
+
+def _install_hint(command: str, missing: list[str]) -> str:
+    extras = ",".join(dict.fromkeys(EXTRA_OF[name] for name in missing))
+    return (
+        f"minirl {command}: needs {', '.join(missing)}, not in this install: "
+        f"pip install 'minirl[{extras}]'"
+    )
 
 
 def _usage() -> str:
@@ -42,11 +70,21 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"minirl: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
+    missing = [mod for mod in NEEDS.get(name, ()) if importlib.util.find_spec(mod) is None]
+    if missing:
+        print(_install_hint(name, missing), file=sys.stderr)
+        return 2
     from monitor.errors import UserError
 
     try:
         module = importlib.import_module(COMMANDS[name][0])
         return int(module.main(rest) or 0)
+    except ModuleNotFoundError as err:  # an extra's module, imported further down
+        root = (err.name or "").partition(".")[0]
+        if root not in EXTRA_OF:
+            raise
+        print(_install_hint(name, [root]), file=sys.stderr)
+        return 2
     except UserError as err:
         print(f"minirl {name}: error: {err}", file=sys.stderr)
         return err.exit_code
