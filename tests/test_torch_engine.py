@@ -8,7 +8,8 @@ import torch
 
 from trainer.engines.base import SamplingParams
 from trainer.engines.config import EngineConfig, OptimConfig
-from trainer.engines.torch_engine import TorchInferenceEngine, _filter_logits, sample_next
+from trainer.engines.decode import _filter_logits, sample_next
+from trainer.engines.torch_engine import TorchInferenceEngine
 from trainer.engines.training import TrainingEngine
 from trainer.models import ModelConfig, build_tiny_checkpoint
 

@@ -19,7 +19,7 @@ import torch
 from trainer.engines import quant, vllm_weights
 from trainer.engines.base import SamplingParams
 from trainer.engines.config import EngineConfig, OptimConfig
-from trainer.engines.torch_engine import _filter_logits
+from trainer.engines.decode import _filter_logits
 from trainer.engines.training import TrainingEngine
 from trainer.engines.vllm_engine import VLLMEngine
 from trainer.models import ModelConfig, build_tiny_checkpoint

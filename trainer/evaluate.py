@@ -2,7 +2,8 @@
 
 Greedy accuracy says what the policy knows; sampled accuracy (temperature 1, what RL
 optimises) says how often it shows it. Two backends: the transformers model itself,
-decoded here by a plain KV-cache loop (the cold start has no inference engine yet), or
+decoded by the PyTorch engine's KV-cache loop (`engines/decode.py`; the cold start has
+no inference engine yet), or
 any `InferenceEngine` (sampled; greedy as temperature 0). This module holds the prompt
 encoding and response decoding shared with the loop; it does not log or train.
 """
@@ -19,6 +20,7 @@ from torch import nn
 
 from monitor.typed_config import check
 from trainer.engines.base import InferenceEngine, Rollout, SamplingParams
+from trainer.engines.decode import decode
 from trainer.tasks import Example, Task
 
 
@@ -92,7 +94,6 @@ def response_texts(tokenizer: Any, rollout: Rollout) -> list[str]:
 # ---------------------------------------------------------------------------- model backend
 
 
-@torch.no_grad()
 def generate(
     model: nn.Module,
     prompts: Sequence[Sequence[int]],
@@ -107,57 +108,23 @@ def generate(
     batch_size: int = 256,
 ) -> list[list[int]]:
     """n responses per prompt (prompt-major), each a token list ending at its EOS (kept)
-    or at max_new_tokens. Prompts are left-padded with explicit positions, so a prompt's
-    responses do not depend on the other prompts in its batch."""
+    or at max_new_tokens, decoded by the inference engine's own loop (`decode`) in
+    batches of `batch_size` rows; a prompt's responses do not depend on its batch."""
     rows = [list(p) for p in prompts for _ in range(n)]
+    params = SamplingParams(n=1, max_new_tokens=max_new_tokens,
+                            temperature=0.0 if greedy else temperature)  # fmt: skip
     gen = torch.Generator().manual_seed(seed)
     was_training = model.training
     model.eval()
     out: list[list[int]] = []
     try:
         for start in range(0, len(rows), batch_size):
-            out += _decode_batch(
-                model, rows[start : start + batch_size], max_new_tokens, eos_id, pad_id,
-                greedy, temperature, gen,
-            )  # fmt: skip
+            batch = rows[start : start + batch_size]
+            out += decode(model, batch, params, eos_id=eos_id, pad_id=pad_id,
+                          generator=gen).responses()  # fmt: skip
     finally:
         model.train(was_training)
     return out
-
-
-def _decode_batch(model, rows, max_new_tokens, eos_id, pad_id, greedy, temperature, gen):
-    width = max(map(len, rows))
-    ids = torch.tensor([[pad_id] * (width - len(r)) + r for r in rows])  # [B, P] left-padded
-    attn = (
-        torch.arange(width)[None, :] >= (width - torch.tensor([len(r) for r in rows]))[:, None]
-    ).long()
-    pos = (attn.cumsum(1) - 1).clamp(min=0)
-    done = torch.zeros(len(rows), dtype=torch.bool)
-    responses = torch.full((len(rows), max_new_tokens), pad_id, dtype=torch.long)
-    past, step_ids, step_pos = None, ids, pos
-    for t in range(max_new_tokens):
-        outputs = model(
-            input_ids=step_ids, attention_mask=attn, position_ids=step_pos,
-            past_key_values=past, use_cache=True,
-        )  # fmt: skip
-        logits = outputs.logits[:, -1].float()  # [B, V]
-        past = outputs.past_key_values
-        if greedy:
-            token = logits.argmax(-1)
-        else:
-            probs = torch.softmax(logits / temperature, dim=-1)
-            token = torch.multinomial(probs, 1, generator=gen).squeeze(1)
-        token = torch.where(done, torch.full_like(token, pad_id), token)
-        responses[:, t] = token
-        done |= token == eos_id
-        if bool(done.all()):
-            break
-        step_ids, step_pos = token[:, None], step_pos[:, -1:] + 1
-        attn = torch.cat([attn, torch.ones(len(rows), 1, dtype=attn.dtype)], dim=1)
-    result = []
-    for row in responses.tolist():
-        result.append(row[: row.index(eos_id) + 1] if eos_id in row else row)
-    return result
 
 
 # ---------------------------------------------------------------------------- evaluation

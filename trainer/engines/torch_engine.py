@@ -1,18 +1,17 @@
 """The PyTorch inference engine: μ on its own copy of the policy, with selectable numerics.
 
 It loads the checkpoint in the configured dtype, rounds weights (and optionally
-activations) through simulated FP8/FP4 (`quant.py`), and samples with a KV cache
-(transformers' DynamicCache): one batched prefill of the left-padded prompts, then one
-token per step for every row. For each sampled token it returns log μ computed from ITS
-OWN logits, and for MoE the experts it routed through (prefill and decode), in the
-`Rollout` layout of `base.py`.
+activations) through simulated FP8/FP4 (`quant.py`), and samples with the KV-cache loop
+of `decode.py` (transformers' DynamicCache): one batched prefill of the left-padded
+prompts, then one token per step for every row. For each sampled token it returns log μ
+computed from ITS OWN logits, and for MoE the experts it routed through (prefill and
+decode), in the `Rollout` layout of `base.py`.
 
 Log-probabilities are those of the distribution actually sampled from — after
-temperature, top-k and top-p (renormalised over what they keep) — the same quantity as
-vLLM's `logprobs_mode="processed_logprobs"`. μ is that sampling distribution, so the IS
-weight π/μ is exact, and a sampler that departs from π (temperature ≠ 1, top-p < 1)
-shows up in the diagnostics as a training-inference mismatch (sampler mismatch). Greedy
-decoding (temperature 0) has no density; it reports the unscaled log_softmax.
+temperature, top-k and top-p (renormalised over what they keep). μ is that sampling
+distribution, so the IS weight π/μ is exact, and a sampler that departs from π
+(temperature ≠ 1, top-p < 1) shows up in the diagnostics as a training-inference
+mismatch (sampler mismatch).
 
 It does not train, compute rewards, or batch across calls (no continuous batching).
 """
@@ -21,6 +20,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Sequence
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -30,38 +30,10 @@ from trainer import routing
 from trainer.engines import quant
 from trainer.engines.base import Rollout, SamplingParams, WeightSyncError
 from trainer.engines.config import EngineConfig
+from trainer.engines.decode import Decoded, decode
 from trainer.models import load_policy
 
 SYNC_PROBE_TOL = 1e-4  # max |Δ logit| accepted after a weight sync with exact numerics
-
-
-def _filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
-    """Mask to -inf what top-k (0 = off) and then top-p (nucleus) exclude; [B, V]."""
-    if top_k and top_k < logits.shape[-1]:
-        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p < 1.0:
-        ordered, order = torch.sort(logits, dim=-1, descending=True)
-        cum = torch.softmax(ordered, dim=-1).cumsum(dim=-1)
-        drop = cum - torch.softmax(ordered, dim=-1) >= top_p  # mass before this token
-        drop[:, 0] = False  # always keep the most likely token
-        logits = logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
-    return logits
-
-
-def sample_next(
-    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(token [B], log μ of it [B]) from float32 logits [B, V], μ being the distribution
-    sampled from: softmax of the temperature-scaled, top-k/top-p-filtered logits."""
-    if params.temperature == 0:
-        token = logits.argmax(dim=-1)
-        logp = torch.log_softmax(logits, dim=-1)
-    else:
-        scaled = _filter_logits(logits / params.temperature, params.top_k, params.top_p)
-        logp = torch.log_softmax(scaled, dim=-1)
-        token = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
-    return token, logp.gather(-1, token[:, None]).squeeze(-1)
 
 
 class TorchInferenceEngine:
@@ -94,61 +66,25 @@ class TorchInferenceEngine:
                 f"top_p={params.top_p} (in (0, 1]), top_k={params.top_k} (>= 0)"
             )
         rows = [list(map(int, p)) for p in prompts for _ in range(params.n)]
-        batch = len(rows)
-        plen = torch.tensor([len(r) for r in rows])
-        width = int(plen.max())
-        # left-pad the prompts so every row's next token is predicted at the last column
-        ids = torch.full((batch, width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros(batch, width, dtype=torch.long)
-        for b, r in enumerate(rows):
-            ids[b, width - len(r) :] = torch.tensor(r)
-            mask[b, width - len(r) :] = 1
-        positions = (mask.cumsum(-1) - 1).clamp_min(0)
-
         gen = torch.Generator().manual_seed(seed)
-        tokens, logps = [], []
-        done = torch.zeros(batch, dtype=torch.bool)
-        lengths = torch.zeros(batch, dtype=torch.long)  # response tokens, EOS included
-        cache = self._new_cache()
-        recorder = routing.record(self.model) if self.num_moe_layers else None
-        rec = recorder.__enter__() if recorder else None
-        try:
-            step_ids = ids
-            for t in range(params.max_new_tokens):
-                out = self.model(
-                    input_ids=step_ids,
-                    attention_mask=mask,
-                    position_ids=positions,
-                    past_key_values=cache,
-                    use_cache=True,
-                )
-                token, logp = sample_next(out.logits[:, -1].float(), params, gen)
-                token = torch.where(done, self.pad_id, token)
-                tokens.append(token)
-                logps.append(torch.where(done, 0.0, logp))
-                lengths += (~done).long()
-                done |= token == self.eos_id
-                if bool(done.all()) or t == params.max_new_tokens - 1:
-                    break
-                step_ids = token[:, None]
-                mask = torch.cat([mask, torch.ones(batch, 1, dtype=torch.long)], dim=1)
-                positions = positions[:, -1:] + 1
-        finally:
-            if recorder:
-                recorder.__exit__(None, None, None)
-        truncated = ~done
-        return self._rollout(rows, plen, width, tokens, logps, lengths, truncated, rec)
+        recording = routing.record(self.model) if self.num_moe_layers else nullcontext()
+        with recording as rec:
+            out = decode(
+                self.model, rows, params, eos_id=self.eos_id, pad_id=self.pad_id,
+                generator=gen, cache=self._new_cache(),
+            )  # fmt: skip
+        return self._rollout(rows, out, rec)
 
     def _new_cache(self):
         from transformers import DynamicCache
 
         return DynamicCache(config=self.model.config)
 
-    def _rollout(self, rows, plen, width, tokens, logps, lengths, truncated, rec) -> Rollout:
+    def _rollout(self, rows: list[list[int]], out: Decoded, rec) -> Rollout:
         """Lay prompts and responses out right-padded, prompt then response, per row."""
-        batch = len(rows)
-        sampled = torch.stack(tokens, dim=1)  # [B, T]
-        sampled_logp = torch.stack(logps, dim=1)
+        batch, width, lengths = len(rows), out.width, out.lengths
+        sampled, sampled_logp = out.tokens, out.logp  # [B, T]
+        plen = torch.tensor([len(r) for r in rows])
         total = plen + lengths
         seq = int(total.max())
         input_ids = torch.full((batch, seq), self.pad_id, dtype=torch.long)
@@ -176,7 +112,7 @@ class TorchInferenceEngine:
             attention_mask=attention_mask,
             response_mask=response_mask,
             logp=logp,
-            truncated=truncated,
+            truncated=~out.done,
             routing=routed,
         )
 
