@@ -19,22 +19,10 @@ from pathlib import Path
 
 import torch
 
+from minirl.entropy import token_entropy
 from trainer import routing
 from trainer.engines.config import EngineConfig, OptimConfig
 from trainer.models import load_policy
-
-ENTROPY_CHUNK = 4096  # tokens per chunk of the entropy pass (bounds its [chunk, V] temporaries)
-
-
-def _token_entropy(logits: torch.Tensor) -> torch.Tensor:
-    """H(softmax(logits)) per row of [N, V], float32, in chunks, no gradient."""
-    out = torch.empty(logits.shape[0], dtype=torch.float32, device=logits.device)
-    with torch.no_grad():
-        for start in range(0, logits.shape[0], ENTROPY_CHUNK):
-            chunk = logits[start : start + ENTROPY_CHUNK].float()
-            logp = torch.log_softmax(chunk, dim=-1)
-            out[start : start + ENTROPY_CHUNK] = -(logp.exp() * logp).sum(dim=-1)
-    return out
 
 
 class TrainingEngine:
@@ -109,7 +97,7 @@ class TrainingEngine:
         entropy = None
         if with_entropy:
             entropy = torch.zeros(input_ids.shape, dtype=torch.float32, device=logits.device)
-            entropy[:, 1:][target] = _token_entropy(pred.detach())
+            entropy[:, 1:][target] = token_entropy(pred.detach()[None])[0]
 
         routed = None
         if rec is not None:
