@@ -134,6 +134,7 @@ class RunReader:
             schema_version=SCHEMA_VERSION,
             config=json.loads(kv.get("config", "{}")),
             controls=json.loads(kv.get("controls", "{}")),
+            source=json.loads(kv["source"]) if "source" in kv else None,
         )
 
     def last_step(self) -> int | None:

@@ -130,6 +130,9 @@ class RunMeta:
     schema_version: int
     config: dict[str, Any]
     controls: dict[str, Any]
+    source: dict[str, Any] | None = None
+    """Where the steps came from when not from a trainer's Monitor: `minirl watch` stores
+    {"kind": "watch", "format": ..., "path": ...}; None for a run logged in-process."""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,192 @@
+"""`minirl watch SOURCE --out RUN_DIR`: follow another trainer's live log into a run store.
+
+SOURCE is a TensorBoard log directory or event file, an appended JSONL file, an MLflow
+store (`sqlite:///path/mlruns.db`) or a W&B run (directory or `.wandb` file). Every new
+step goes through the same `Monitor` as our trainer's: store, detectors, alerts, and the
+optional webhook, Prometheus exporter and dashboard. Peers' metric names are mapped onto
+ours (importers/names.py). Run it again with the same SOURCE and RUN_DIR to resume: it
+continues where it stopped. Ctrl-C or SIGTERM stops it after storing what was read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from monitor.errors import UserError
+from monitor.reader import RunReader
+from monitor.schema import store_path
+from monitor.watch.loop import SOURCE_KEY, STATE_KEY, Watcher
+from monitor.watch.mlflow import PREFIX as MLFLOW_PREFIX
+
+FORMATS = ("tensorboard", "jsonl", "mlflow", "wandb")
+
+
+def guess_format(source: str) -> str | None:
+    """The format of SOURCE from its shape, or None."""
+    if source.startswith(MLFLOW_PREFIX):
+        return "mlflow"
+    from monitor.importers.wandb import is_wandb
+
+    path = Path(source)
+    if is_wandb(path):
+        return "wandb"
+    if path.is_dir() or "tfevents" in path.name:
+        return "tensorboard"
+    if path.suffix.lower() in (".jsonl", ".ndjson", ".json", ".log"):
+        return "jsonl"
+    return None
+
+
+def make_source(fmt: str, where: str, run: str | None, state: dict[str, Any] | None) -> Any:
+    if fmt == "mlflow":
+        from monitor.watch.mlflow import MlflowSource
+
+        return MlflowSource(where, run, state)
+    from monitor.watch import sources
+
+    cls = {"tensorboard": sources.TensorBoardSource, "jsonl": sources.JsonlSource,
+           "wandb": sources.WandbSource}[fmt]  # fmt: skip
+    return cls(Path(where), state)
+
+
+def describe(fmt: str, source: str, run: str | None) -> dict[str, Any]:
+    """What RUN_DIR is a watch of (stored as meta `source`, shown by the dashboard)."""
+    where = source if fmt == "mlflow" else str(Path(source).resolve())
+    return {"kind": "watch", "format": fmt, "path": where, "run": run}
+
+
+def _stored_source(out: Path) -> tuple[bool, dict[str, Any] | None]:
+    if not store_path(out).is_file():
+        return False, None
+    with RunReader(out) as reader:
+        return True, reader.meta().source
+
+
+def _notifier(url: str | None, fmt: str, run: str) -> Any:
+    if not url:
+        return None
+    from monitor.webhook import WebhookNotifier
+
+    try:
+        return WebhookNotifier(url, run=run, format=fmt)
+    except ValueError as err:
+        raise UserError(str(err)) from None
+
+
+def _start_dashboard(runs_dir: Path, port: int) -> subprocess.Popen:
+    """`minirl dashboard` over the folder holding RUN_DIR, as a child process (the
+    monitor package does not import the dashboard)."""
+    exe = Path(sys.executable).with_name("minirl")
+    if not exe.is_file():
+        raise UserError(f"--dashboard needs the `minirl` command next to {sys.executable}")
+    cmd = [str(exe), "dashboard", str(runs_dir), "--port", str(port)]
+    return subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+
+
+def _print_alert(alert: Any) -> None:
+    print(f"step {alert.step}: {alert.severity} {alert.detector} on {alert.metric}: "
+          f"{alert.message}", flush=True)  # fmt: skip
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="minirl watch", description=__doc__.split("\n")[0])
+    parser.add_argument("source", help="TensorBoard dir, JSONL file, sqlite:///mlruns.db, W&B run")
+    parser.add_argument("--out", type=Path, required=True, help="run directory (resumed if it "
+                        "is a watch of the same SOURCE)")  # fmt: skip
+    parser.add_argument("--format", choices=FORMATS, help="default: from SOURCE")
+    parser.add_argument("--poll", type=float, default=0.5, help="seconds between reads (0.5)")
+    parser.add_argument("--run", help="MLflow: run id or name (default: the latest started)")
+    parser.add_argument("--keep-names", action="store_true", help="do not map peers' names")
+    parser.add_argument("--once", action="store_true", help="read what is there, then exit")
+    parser.add_argument("--webhook", help="POST each alert as JSON to this URL")
+    parser.add_argument("--webhook-format", choices=("json", "slack"), default="json")
+    parser.add_argument("--prometheus-port", type=int, help="serve /metrics on 127.0.0.1:P")
+    parser.add_argument("--dashboard", action="store_true", help="also serve the dashboard")
+    parser.add_argument("--dashboard-port", type=int, default=8501)
+    args = parser.parse_args(argv)
+
+    if args.poll <= 0:
+        raise UserError(f"--poll must be > 0 seconds, got {args.poll}")
+    fmt = args.format or guess_format(args.source)
+    if fmt is None:
+        raise UserError(f"cannot tell the format of {args.source}; pass --format "
+                        f"{'|'.join(FORMATS)}")  # fmt: skip
+    if fmt != "mlflow" and not Path(args.source).exists() and fmt != "jsonl":
+        raise UserError(f"no such file or directory: {args.source}")
+    wanted = describe(fmt, args.source, args.run)
+    existing, stored = _stored_source(args.out)
+    if existing and (stored or {}).get("path") != wanted["path"]:
+        what = f"a watch of {stored['path']}" if stored else "a run that is not a watch"
+        raise UserError(f"{args.out} already holds {what}; choose a new --out for {args.source}")
+
+    from monitor.monitor import Monitor
+
+    run_name = args.out.resolve().name
+    provenance = {"watched_from": wanted["path"], "format": fmt}
+    mon = Monitor(args.out, config=None if existing else provenance, resume=existing,
+                  prometheus_port=args.prometheus_port,
+                  notifier=_notifier(args.webhook, args.webhook_format, run_name))  # fmt: skip
+    dashboard = None
+    try:
+        state = mon.store.meta_json(STATE_KEY) or {}
+        pending = {int(k): v for k, v in state.get("pending", {}).items()}
+        source = make_source(fmt, args.source, args.run, state.get("source"))
+        if not existing:
+            with mon.store.transaction():
+                mon.store.set_meta(SOURCE_KEY, wanted)
+        watcher = Watcher(mon, source, pending, args.keep_names, on_alert=_print_alert)
+        where = f"from step {mon.last_step() + 1}" if mon.last_step() is not None else ""
+        print(f"minirl watch: following {args.source} ({fmt}) into {args.out} {where}".rstrip(),
+              flush=True)  # fmt: skip
+        if args.dashboard:
+            dashboard = _start_dashboard(args.out.resolve().parent, args.dashboard_port)
+        try:
+            if args.once:
+                watcher.drain()
+            else:
+                _follow(watcher, args.poll)
+        finally:
+            source.close()
+    finally:
+        mon.close()
+        if dashboard is not None:
+            dashboard.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                dashboard.wait(timeout=10)
+    _summary(watcher, args.out)
+    return 0
+
+
+def _follow(watcher: Watcher, poll_s: float) -> None:
+    """Run until Ctrl-C or SIGTERM (either stops the loop; what was read is stored)."""
+    stop = threading.Event()
+    handlers = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            handlers[sig] = signal.signal(sig, lambda *_: stop.set())
+    try:
+        watcher.run(stop, poll_s)
+    finally:
+        for sig, old in handlers.items():
+            signal.signal(sig, old)
+
+
+def _summary(watcher: Watcher, out: Path) -> None:
+    c = watcher.counts
+    print(f"minirl watch: stored {c.steps} steps, {c.values} values into {out}; "
+          f"{c.alerts} alert(s) raised", flush=True)  # fmt: skip
+    if c.renamed:
+        pairs = ", ".join(f"{a} -> {b}" for a, b in sorted(c.renamed.items()))
+        print(f"renamed {len(c.renamed)} metric(s) onto minirl's names: {pairs}")
+    if c.late:
+        print(f"note: {c.late} value(s) of steps already stored were skipped", file=sys.stderr)
+    if c.garbage:
+        print(f"warning: {c.garbage} unreadable unit(s) skipped ({'; '.join(c.examples)})",
+              file=sys.stderr)  # fmt: skip

@@ -1,0 +1,126 @@
+"""The watch loop: poll a source, assemble whole steps, store them through `Monitor`.
+
+Values arrive in the peer's names, per step, possibly a step spread over several polls
+(TensorBoard and MLflow write one value per tag). A step is stored once it is whole:
+at once for sources whose units are whole rows, else when a later step has appeared or
+when a poll brought nothing new for it. Values for a step before the last stored one
+(a trainer resumed from an older checkpoint re-logs those steps) are counted and
+dropped: the store already holds them. More values for the last stored step merge.
+
+Crash safety: each batch of steps is stored in one transaction together with the
+source's read state and the values still pending (meta key `watch`), so a restarted
+watcher continues exactly there: nothing stored is read again, nothing read is lost.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from monitor.import_cli import rename
+from monitor.importers import MAX_EXAMPLES, Parsed
+from monitor.monitor import Monitor
+from monitor.records import Alert
+from monitor.watch.sources import Source
+
+STATE_KEY = "watch"
+"""Run store meta key of the source's read state and the pending values."""
+SOURCE_KEY = "source"
+"""Run store meta key saying what the run is a watch of (RunMeta.source)."""
+BATCH_STEPS = 500
+"""Steps per transaction when catching up on a backlog (the dashboard sees progress)."""
+
+
+@dataclass
+class Counts:
+    """What the watcher did so far."""
+
+    steps: int = 0
+    values: int = 0
+    alerts: int = 0
+    late: int = 0
+    """Values of steps before the last stored one, dropped (already stored)."""
+    garbage: int = 0
+    non_numeric: int = 0
+    examples: list[str] = field(default_factory=list)
+    renamed: dict[str, str] = field(default_factory=dict)
+
+
+class Watcher:
+    """Feeds one source into one Monitor; `poll()` once, or `run(stop)` until stopped."""
+
+    def __init__(
+        self,
+        mon: Monitor,
+        source: Source,
+        pending: dict[int, dict[str, float]] | None = None,
+        keep_names: bool = False,
+        on_alert: Callable[[Alert], None] | None = None,
+    ) -> None:
+        self.mon, self.source, self.keep_names = mon, source, keep_names
+        self.pending: dict[int, dict[str, float]] = dict(pending or {})
+        self.counts = Counts()
+        self.on_alert = on_alert
+
+    def state(self) -> dict[str, Any]:
+        pending = {str(step): row for step, row in sorted(self.pending.items())}
+        return {"source": self.source.state(), "pending": pending}
+
+    def poll(self, final: bool = False) -> int:
+        """Read what is new, store the steps that are whole; returns the steps stored."""
+        parsed = self.source.poll(final)
+        self._tally(parsed)
+        for step, row in parsed.rows.items():
+            self.pending.setdefault(step, {}).update(row)
+        steps = sorted(self.pending)
+        if steps and not (final or self.source.whole_rows) and steps[-1] in parsed.rows:
+            steps.pop()  # the newest step may still be growing
+        return self._store(steps)
+
+    def drain(self) -> int:
+        """Read everything there is now (a backlog may take several reads) and store it all."""
+        stored = 0
+        while True:
+            before = self.counts.values + self.counts.garbage + self.counts.late
+            stored += self.poll(final=True)
+            if self.counts.values + self.counts.garbage + self.counts.late == before:
+                return stored
+
+    def run(self, stop: threading.Event, poll_s: float) -> None:
+        """Poll every `poll_s` seconds until `stop` is set, then store what is left."""
+        while not stop.is_set():
+            self.poll()
+            stop.wait(poll_s)
+        self.drain()
+
+    def _tally(self, parsed: Parsed) -> None:
+        c = self.counts
+        c.garbage += parsed.garbage
+        c.non_numeric += parsed.non_numeric
+        c.examples += parsed.examples[: max(0, MAX_EXAMPLES - len(c.examples))]
+
+    def _store(self, steps: list[int]) -> int:
+        stored = 0
+        last = self.mon.last_step()
+        for first in range(0, len(steps), BATCH_STEPS):
+            alerts: list[Alert] = []
+            with self.mon.store.transaction():
+                for step in steps[first : first + BATCH_STEPS]:
+                    row = self.pending.pop(step)
+                    if last is not None and step < last:
+                        self.counts.late += len(row)
+                        continue
+                    if not self.keep_names:
+                        row = rename(row, self.counts.renamed)
+                    alerts += self.mon.log(step, row)
+                    last, stored = step, stored + 1
+                    self.counts.values += len(row)
+                self.mon.store.set_meta(STATE_KEY, self.state())
+            self.counts.alerts += len(alerts)
+            for alert in alerts:
+                if self.on_alert is not None:
+                    self.on_alert(alert)
+        self.counts.steps += stored
+        return stored
