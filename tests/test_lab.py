@@ -19,21 +19,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bench.lab import detection, replay
+from bench.lab.manifest import Manifest, RunSpec, load_manifest, merge_specs, save_manifest
+from bench.lab.policy_eval import load_policy_evals
+from bench.lab.replay import ours_first_alerts
+from bench.lab.report import write_stability_report
+from bench.lab.rows import compare
+from bench.lab.scoring import Labelled, in_tuning_set, score, tune
+from bench.lab.settings import SETTINGS, lab_specs
+from bench.lab.summary import collapse_onset, summarize_run, trend
 from monitor import Monitor, RunReader
 from monitor.errors import UserError
-from bench.lab import detection
-from bench.lab.detection import Labelled, ours_first_alerts, score, tune
-from bench.lab.policy_eval import load_policy_evals
-from bench.lab.report import compare, write_stability_report
-from bench.lab.runner import (
-    Manifest,
-    RunSpec,
-    load_manifest,
-    merge_specs,
-    save_manifest,
-)
-from bench.lab.stability import SETTINGS, lab_specs
-from bench.lab.summary import collapse_onset, summarize_run, trend
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -306,7 +302,7 @@ def test_rlwatch_is_fed_our_metrics_through_its_api():
                 },
             )
         )
-    first = detection.rlwatch_first_alerts(stream)
+    first = replay.rlwatch_first_alerts(stream)
     # its warm-up counts steps, then 25 consecutive low steps: 40 + 25 - 1
     assert first["entropy_collapse"] == 64
     assert first["entropy_collapse!"] == 89
@@ -319,7 +315,7 @@ def test_summary_of_a_missing_run_is_none(tmp_path):
 def test_relative_config_keeps_only_baseline_change_rules():
     from monitor.config import LevelRule
 
-    cfg = detection.relative_config()
+    cfg = replay.relative_config()
     rules = [getattr(cfg.detectors, f) for f in cfg.detectors.__dataclass_fields__]
     levels = [r for r in rules if isinstance(r, LevelRule)]
     assert levels and all(r.warn_level is None and r.crit_level is None for r in levels)
@@ -336,7 +332,7 @@ def test_scaled_thresholds_move_the_level_and_only_the_level():
     from monitor.config import MonitorConfig
 
     default = MonitorConfig().detectors
-    cfg, names = detection.scaled_config(4)
+    cfg, names = replay.scaled_config(4)
     kl, ess = cfg.detectors.train_inference_kl, cfg.detectors.train_inference_ess
     assert kl.warn_level == pytest.approx(4 * default.train_inference_kl.warn_level)
     assert ess.direction == "low"  # a low-side level is divided
@@ -346,11 +342,11 @@ def test_scaled_thresholds_move_the_level_and_only_the_level():
     # alerts at once, x2 only at the jump, x4 never
     warn = default.train_inference_kl.warn_level
     stream = [(s, {"mismatch/kl_k1": warn * (1.5 if s < 40 else 3.0)}) for s in range(1, 50)]
-    first = detection.ours_scaled_first_alerts(stream)
+    first = replay.ours_scaled_first_alerts(stream)
     assert ours_first_alerts(stream)["train_inference_kl"] == 1
     assert first["train_inference_kl@x2"] == 40
     assert "train_inference_kl@x4" not in first
-    assert detection._default({**first, "a": 1, "b~rel": 2}) == {"a": 1}
+    assert replay.default_items({**first, "a": 1, "b~rel": 2}) == {"a": 1}
 
 
 def test_rlwatch_scale_makes_its_rules_less_sensitive():
@@ -358,16 +354,16 @@ def test_rlwatch_scale_makes_its_rules_less_sensitive():
     # entropy 0.6 nats: under rlwatch's 1.0 floor, over the floor at scale 2 (0.5)
     stream = [(s, {"policy/entropy": 0.6, "reward/mean": 0.4, "optim/loss": 0.1})
               for s in range(1, 121)]  # fmt: skip
-    assert "entropy_collapse" in detection.rlwatch_first_alerts(stream)
-    assert detection.rlwatch_first_alerts(stream, 2) == {}
+    assert "entropy_collapse" in replay.rlwatch_first_alerts(stream)
+    assert replay.rlwatch_first_alerts(stream, 2) == {}
     low = [(s, {**v, "policy/entropy": 0.3}) for s, v in stream]
-    assert "entropy_collapse@x2" in detection.rlwatch_first_alerts(low, 2)
+    assert "entropy_collapse@x2" in replay.rlwatch_first_alerts(low, 2)
 
 
 def test_the_tuning_split_is_fixed_and_about_half():
     keys = [f"lab/s{i}/seed{j}" for i in range(20) for j in range(3)]
-    tuning = [detection.in_tuning_set(k) for k in keys]
-    assert tuning == [detection.in_tuning_set(k) for k in keys]
+    tuning = [in_tuning_set(k) for k in keys]
+    assert tuning == [in_tuning_set(k) for k in keys]
     assert 15 <= sum(tuning) <= 45
 
 
@@ -428,7 +424,8 @@ def test_detection_bench_end_to_end_on_a_synthetic_lab(tmp_path, capsys):
 def test_off_policy_verdicts_name_what_the_numbers_allow():
     from types import SimpleNamespace
 
-    from bench.lab.report import SettingRow, findings
+    from bench.lab.findings import findings
+    from bench.lab.rows import SettingRow
 
     def row(name, lates, collapsed):
         runs = [SimpleNamespace(late_eval=x, collapsed=collapsed) for x in lates]

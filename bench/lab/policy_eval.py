@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.lab.runner import RunSpec
+from bench.lab.manifest import RunSpec
 
 CACHE = "policy_eval.json"
 
@@ -66,8 +66,8 @@ def eval_policy_at(run_dir: Path, steps: list[int | None]) -> list[float]:
 def run_policy_evals(lab_dir: Path, specs: list[RunSpec], say: Any = print) -> dict:
     """Measure π at every kept checkpoint (the last three: 150, 175, 200 in the full lab)
     of every finished run not measured at those steps, and π at its cold start."""
-    from trainer.checkpoints import list_checkpoints
     from bench.lab.summary import summarize_run
+    from trainer.checkpoints import list_checkpoints
 
     lab_dir = Path(lab_dir)
     done = load_policy_evals(lab_dir)

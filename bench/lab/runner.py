@@ -1,26 +1,23 @@
 """A resumable runner for many `minirl train` runs: the lab's batch executor.
 
 Each run is a `minirl train` subprocess with its own run directory and log file. The
-runner keeps a manifest (`<lab_dir>/manifest.json`, rewritten atomically after every
-change) of every run's spec and state, so that an interrupted lab picks up where it
-stopped: finished runs are skipped, an interrupted run continues from its last
-checkpoint with `--resume` (one without a checkpoint starts over), and a run that
-crashed is retried a bounded number of times. One runner per lab directory (an OS file
+runner records every change in the lab's manifest (manifest.py), so that an interrupted
+lab picks up where it stopped: finished runs are skipped, an interrupted run continues
+from its last checkpoint with `--resume` (one without a checkpoint starts over), and a
+run that crashed is retried a bounded number of times. One runner per lab directory (an OS file
 lock); the children die with the runner (SIGINT, so they checkpoint first).
 
 Concurrency is 1 by default: this machine has 2 cores, and each run already uses both.
 
-What it deliberately does not do: decide which runs exist (the lab modules do), read the
-runs' metrics (report.py does), or schedule across machines.
+What it deliberately does not do: decide which runs exist (settings.py and detection.py's
+stress runs do), read the runs' metrics (report.py does), or schedule across machines.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
-import dataclasses
 import fcntl
-import json
 import os
 import shutil
 import signal
@@ -28,107 +25,22 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
+from bench import REPO
+from bench.lab.manifest import (
+    Manifest,
+    RunSpec,
+    RunState,
+    load_manifest,
+    merge_specs,
+    save_manifest,
+)
 from monitor.errors import UserError
 
-MANIFEST = "manifest.json"
 LOCK = "runner.lock"
-MANIFEST_VERSION = 1
-Status = Literal["pending", "running", "done", "failed"]
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    """One run of the lab: which recipe, with which overrides, where."""
-
-    key: str
-    """Unique name in the lab, e.g. `onpolicy_minirl/seed0`."""
-    config: str
-    """Absolute path of the YAML recipe."""
-    overrides: tuple[str, ...]
-    """`a.b=c` overrides passed with --set (seed, steps, ...)."""
-    run_dir: str
-    """Absolute run directory (store, checkpoints, resolved config)."""
-
-
-@dataclass
-class RunState:
-    """Where one run stands; persisted in the manifest."""
-
-    status: Status = "pending"
-    attempts: int = 0
-    """Processes launched for this run (first start and every resume)."""
-    returncode: int | None = None
-    stopped: str | None = None
-    """How the trainer said it ended: completed, non-finite, interrupted, ..."""
-    pid: int | None = None
-    """The child while running: a new runner waits for a stray one to exit."""
-    seconds: float = 0.0
-    """Wall time over all attempts."""
-    error: str | None = None
-
-
-@dataclass
-class Manifest:
-    specs: dict[str, RunSpec] = field(default_factory=dict)
-    states: dict[str, RunState] = field(default_factory=dict)
-    meta: dict[str, Any] = field(default_factory=dict)
-
-
-# ---------------------------------------------------------------------------- manifest
-
-
-def manifest_path(lab_dir: Path) -> Path:
-    return Path(lab_dir) / MANIFEST
-
-
-def load_manifest(lab_dir: Path) -> Manifest:
-    """The lab's manifest (empty if there is none yet)."""
-    path = manifest_path(lab_dir)
-    if not path.is_file():
-        return Manifest()
-    try:
-        data = json.loads(path.read_text())
-        specs = {
-            k: RunSpec(**{**v["spec"], "overrides": tuple(v["spec"]["overrides"])})
-            for k, v in data["runs"].items()
-        }
-        states = {k: RunState(**v["state"]) for k, v in data["runs"].items()}
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise UserError(f"{path}: not a lab manifest ({err}); move it away to start over") from None
-    return Manifest(specs, states, data.get("meta", {}))
-
-
-def save_manifest(lab_dir: Path, manifest: Manifest) -> None:
-    """Write the manifest atomically (temp file + rename)."""
-    path = manifest_path(lab_dir)
-    runs = {
-        k: {"spec": dataclasses.asdict(s), "state": dataclasses.asdict(manifest.states[k])}
-        for k, s in manifest.specs.items()
-    }
-    data = {"version": MANIFEST_VERSION, "meta": manifest.meta, "runs": runs}
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    tmp.replace(path)
-
-
-def merge_specs(manifest: Manifest, specs: Sequence[RunSpec]) -> Manifest:
-    """Add new specs as pending; a known key must keep its spec (else the recorded run
-    would not be the run asked for)."""
-    for spec in specs:
-        old = manifest.specs.get(spec.key)
-        if old is None:
-            manifest.specs[spec.key] = spec
-            manifest.states[spec.key] = RunState()
-        elif old != spec:
-            raise UserError(
-                f"run {spec.key} is recorded with other settings ({old.overrides} in "
-                f"{old.run_dir}); use another --lab-dir or remove the old one"
-            )
-    return manifest
 
 
 # ---------------------------------------------------------------------------- one run
@@ -333,7 +245,7 @@ def _start(lab_dir: Path, manifest: Manifest, spec: RunSpec, python: str, say: A
         stdout=log,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
-        cwd=Path(__file__).resolve().parents[2],
+        cwd=REPO,
         preexec_fn=_die_with_parent,
     )
     state.status, state.pid = "running", proc.pid
@@ -404,9 +316,13 @@ def detach(lab_dir: Path, bench_argv: list[str], status: str) -> int:
         fh.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(cmd)}\n")
         fh.flush()
         proc = subprocess.Popen(
-            cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            cwd=Path.cwd(), start_new_session=True,
-        )  # fmt: skip
+            cmd,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=Path.cwd(),
+            start_new_session=True,
+        )
     print(f"running in the background (pid {proc.pid}); log {log}")
     print(f"progress: {status}")
     print(f"stop it with: kill -INT {proc.pid}   (runs stop at a checkpoint; rerun to resume)")
