@@ -12,11 +12,11 @@ import time
 
 import pytest
 
-from monitor.errors import UserError
-from trainer.config import dump_config
 from bench.speed import cli as speed
 from bench.speed.stats import median_ci, median_ratio_ci
 from bench.speed.vs_trl import TRL_VENV
+from monitor.errors import UserError
+from trainer.config import dump_config
 
 
 def test_median_ratio_is_the_ratio_of_medians_minus_one():

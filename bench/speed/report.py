@@ -14,6 +14,9 @@ import time
 from importlib import metadata
 from typing import Any
 
+TARGET_OVERHEAD = 0.03
+"""Issue 7's target: the diagnostics cost under 3 % of the step time."""
+
 
 def _version(dist: str) -> str:
     try:
@@ -279,8 +282,6 @@ def _summary(results: dict[str, Any], target: float) -> list[str]:
 def render(
     cfg: Any, effort: Any, results: dict[str, Any], facts: dict[str, str], command: str
 ) -> str:
-    from bench.speed.cli import TARGET_OVERHEAD
-
     m, sp, tc = cfg.model, cfg.sampling, cfg.train
     out = [
         "# minirl bench speed: what the toolkit costs",
@@ -300,21 +301,31 @@ def render(
     ]
     out += ["", "## Summary", "", *_summary(results, TARGET_OVERHEAD)]
     if "diagnostics" in results:
-        out += ["", "## 1. Diagnostics overhead (per-step diagnostics on vs off)", "",
-                "Each pair runs `rl_step` + `Monitor.log` (store + detectors) twice on the same "
-                "prompts and seed from the same restored weights, once with "
-                "`train.diagnostics: true` (section 6 metrics, routing recorded in the "
-                "updates, distributions stored) and once false; the order flips every pair. "
-                "Weight sync and evaluation are left out of the step (the same in both arms), "
-                "which makes the share larger, not smaller. The periodic grad-cosine probe "
-                "is not per-step and is off in both arms.", ""]  # fmt: skip
+        out += [
+            "",
+            "## 1. Diagnostics overhead (per-step diagnostics on vs off)",
+            "",
+            "Each pair runs `rl_step` + `Monitor.log` (store + detectors) twice on the same "
+            "prompts and seed from the same restored weights, once with "
+            "`train.diagnostics: true` (section 6 metrics, routing recorded in the "
+            "updates, distributions stored) and once false; the order flips every pair. "
+            "Weight sync and evaluation are left out of the step (the same in both arms), "
+            "which makes the share larger, not smaller. The periodic grad-cosine probe "
+            "is not per-step and is off in both arms.",
+            "",
+        ]
         out += _diagnostics(results["diagnostics"], TARGET_OVERHEAD)
     if "trl" in results:
-        out += ["", "## 2. Trainer step vs TRL's GRPOTrainer", "",
-                "Per rollout (one generation and its updates), on the same cold-start "
-                "checkpoint, prompts, group size, max new tokens and updates per rollout; "
-                "rounds of TRL (a subprocess in its own venv) then ours, each round from the "
-                "cold-start weights, warm-up rollouts dropped.", ""]  # fmt: skip
+        out += [
+            "",
+            "## 2. Trainer step vs TRL's GRPOTrainer",
+            "",
+            "Per rollout (one generation and its updates), on the same cold-start "
+            "checkpoint, prompts, group size, max new tokens and updates per rollout; "
+            "rounds of TRL (a subprocess in its own venv) then ours, each round from the "
+            "cold-start weights, warm-up rollouts dropped.",
+            "",
+        ]
         out += _trl(results["trl"], cfg)
     if "engines" in results:
         out += ["", "## 3. Rollout throughput: vLLM engine vs PyTorch engine", ""]

@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from bench import REPO
-from monitor.errors import UserError
+from bench.speed.fixture import Effort, Setup, say
 from bench.speed.stats import median_ratio_ci
+from monitor.errors import UserError
 
 TRL_VENV = REPO / "bench" / ".venv-trl"
 TRL_PINS = ("trl==1.16.0", "transformers==5.19.0")  # the transformers our checkpoints load in
@@ -50,27 +51,38 @@ def setup_trl_venv() -> int:
     pip = [str(py), "-m", "pip", "install", "-q"]
     subprocess.run([*pip, TORCH_PIN], check=True)  # first, so nothing pulls a CUDA build
     subprocess.run([*pip, TORCH_PIN, *TRL_PINS], check=True)
-    subprocess.run([str(py), "-c", "import torch, trl; assert '+cpu' in torch.__version__"],
-                   check=True)  # fmt: skip
+    subprocess.run(
+        [str(py), "-c", "import torch, trl; assert '+cpu' in torch.__version__"], check=True
+    )
     print(f"TRL environment ready: {TRL_VENV}")
     return 0
 
 
-def _trl_round(s: Any, py: Path, steps: int, threads: int, root: Path) -> dict[str, Any]:
+def _trl_round(s: Setup, py: Path, steps: int, threads: int, root: Path) -> dict[str, Any]:
     """TRL's trainer for `steps` rollouts on the example sets 0..steps-1, in a subprocess."""
     from trainer.config import config_to_dict
 
     cfg, sp = s.cfg, s.cfg.sampling
     examples = [ex for i in range(steps) for ex in s.examples(i)]
     spec = {
-        "checkpoint": str(s.ckpt), "task": config_to_dict(cfg)["task"],
-        "prompts": [ex.prompt for ex in examples], "answers": [ex.answer for ex in examples],
-        "prompts_per_step": cfg.train.prompts_per_step, "n": sp.n, "steps": steps,
-        "mini_batches": cfg.train.mini_batches, "max_new_tokens": sp.max_new_tokens,
-        "temperature": sp.temperature, "top_p": sp.top_p, "top_k": sp.top_k,
-        "eps_low": cfg.loss.eps_low, "eps_high": cfg.loss.eps_high,
-        "optim": dataclasses.asdict(cfg.optim), "threads": threads, "seed": cfg.seed,
-    }  # fmt: skip
+        "checkpoint": str(s.ckpt),
+        "task": config_to_dict(cfg)["task"],
+        "prompts": [ex.prompt for ex in examples],
+        "answers": [ex.answer for ex in examples],
+        "prompts_per_step": cfg.train.prompts_per_step,
+        "n": sp.n,
+        "steps": steps,
+        "mini_batches": cfg.train.mini_batches,
+        "max_new_tokens": sp.max_new_tokens,
+        "temperature": sp.temperature,
+        "top_p": sp.top_p,
+        "top_k": sp.top_k,
+        "eps_low": cfg.loss.eps_low,
+        "eps_high": cfg.loss.eps_high,
+        "optim": dataclasses.asdict(cfg.optim),
+        "threads": threads,
+        "seed": cfg.seed,
+    }
     spec_path, out_path, log_path = root / "trl_spec.json", root / "trl_out.json", root / "trl.log"
     spec_path.write_text(json.dumps(spec))
     # our task's verifier is imported from the checkout, a user's `module:function` one
@@ -103,7 +115,7 @@ def _user_paths() -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def _ours_round(s: Any, engine: Any, steps: int, mon: Any, first: int) -> list[dict]:
+def _ours_round(s: Setup, engine: Any, steps: int, mon: Any, first: int) -> list[dict]:
     """Our loop's per-step work (rl_step, verified weight sync, Monitor.log) for `steps`
     rollouts from the cold-start weights, on TRL's example sets 0..steps-1."""
     from trainer.step import rl_step
@@ -115,26 +127,38 @@ def _ours_round(s: Any, engine: Any, steps: int, mon: Any, first: int) -> list[d
     for i in range(steps):
         c0, t0 = time.process_time(), time.perf_counter()
         result = rl_step(
-            s.examples(i), s.policy, engine, s.task, s.controls, s.cfg.sampling, seed=i,
-            advantage_baseline=tc.advantage_baseline, advantage_std_norm=tc.advantage_std_norm,
+            s.examples(i),
+            s.policy,
+            engine,
+            s.task,
+            s.controls,
+            s.cfg.sampling,
+            seed=i,
+            advantage_baseline=tc.advantage_baseline,
+            advantage_std_norm=tc.advantage_std_norm,
             diagnostics=tc.diagnostics,
-        )  # fmt: skip
+        )
         t1 = time.perf_counter()
         engine.update_weights(s.policy.model)
         t2 = time.perf_counter()
         result.scalars["perf/sync_s"] = t2 - t1
         mon.log(first + i, result.scalars, result.distributions)
         sc = result.scalars
-        rows.append({
-            "wall": time.perf_counter() - t0, "cpu": time.process_time() - c0,
-            "step": t1 - t0, "sync": t2 - t1, "len": sc["response/len_mean"],
-            "reward": sc["reward/mean"],
-        })  # fmt: skip
+        rows.append(
+            {
+                "wall": time.perf_counter() - t0,
+                "cpu": time.process_time() - c0,
+                "step": t1 - t0,
+                "sync": t2 - t1,
+                "len": sc["response/len_mean"],
+                "reward": sc["reward/mean"],
+            }
+        )
     return rows
 
 
 def trl_comparison(
-    s: Any, effort: Any, trl_python_path: str | None, threads: int, root: Path
+    s: Setup, effort: Effort, trl_python_path: str | None, threads: int, root: Path
 ) -> dict:
     """Rounds of [TRL, ours with the configured engine, ours with the PyTorch fp32 engine]."""
     from monitor import Monitor
@@ -143,8 +167,13 @@ def trl_comparison(
     py = trl_python(trl_python_path)
     steps = effort.warmup + effort.trl_steps
     engines = {_engine_label(s.cfg.engine): s.engine}
-    torch_fp32 = dataclasses.replace(s.cfg.engine, inference="torch", inference_dtype="fp32",
-                                     weight_quant="none", activation_quant="none")  # fmt: skip
+    torch_fp32 = dataclasses.replace(
+        s.cfg.engine,
+        inference="torch",
+        inference_dtype="fp32",
+        weight_quant="none",
+        activation_quant="none",
+    )
     if _engine_label(torch_fp32) not in engines:
         engines[_engine_label(torch_fp32)] = make_inference_engine(s.ckpt, torch_fp32)
     trl_rows: list[dict] = []
@@ -158,16 +187,21 @@ def trl_comparison(
             info = {"versions": out["versions"], "setup_s": out["setup_s"]}
             lens, rewards = out["completion_len"], out["reward"]
             for k in range(effort.warmup, steps):
-                trl_rows.append({"wall": out["step_wall_s"][k], "cpu": out["step_cpu_s"][k],
-                                 "len": lens[k], "reward": rewards[k]})  # fmt: skip
+                trl_rows.append(
+                    {
+                        "wall": out["step_wall_s"][k],
+                        "cpu": out["step_cpu_s"][k],
+                        "len": lens[k],
+                        "reward": rewards[k],
+                    }
+                )
             for label, engine in engines.items():
                 rows = _ours_round(s, engine, steps, mon, first=logged + 1)
                 logged += steps  # one store for all rounds: its steps only move forward
                 ours[label] += rows[effort.warmup :]
             mine = ", ".join(f"{k} {_med(v, 'wall'):.2f} s" for k, v in ours.items())
             trl_s = _med(trl_rows, "wall")
-            print(f"[bench speed] TRL round {r + 1}/{effort.trl_rounds}: TRL {trl_s:.2f} "
-                  f"s/rollout, ours {mine}", file=sys.stderr)  # fmt: skip
+            say(f"TRL round {r + 1}/{effort.trl_rounds}: TRL {trl_s:.2f} s/rollout, ours {mine}")
     finally:
         mon.close()
         for engine in engines.values():
@@ -175,10 +209,12 @@ def trl_comparison(
                 engine.close()
     # TRL ÷ ours per rollout: step k of round r used the same prompts on both sides
     speedup = {
-        key: {k: median_ratio_ci([t[key] for t in trl_rows], [o[key] for o in v])
-              for k, v in ours.items()}
+        key: {
+            k: median_ratio_ci([t[key] for t in trl_rows], [o[key] for o in v])
+            for k, v in ours.items()
+        }
         for key in ("wall", "cpu")
-    }  # fmt: skip
+    }
     return {"trl": trl_rows, "ours": ours, "speedup": speedup, **info}
 
 
