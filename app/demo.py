@@ -53,7 +53,7 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="stop the dashboard when training ends instead of serving until Ctrl-C",
     )
-    return p  # fmt: skip
+    return p
 
 
 def main(argv: list[str]) -> int:
@@ -74,8 +74,9 @@ def main(argv: list[str]) -> int:
         from dashboard.serve import dashboard_url, start_dashboard, wait_until_ready
 
         url = dashboard_url(args.host, args.port)
-        server = start_dashboard(runs, args.host, args.port, args.token,
-                                 log_file=runs / "dashboard.log")  # fmt: skip
+        server = start_dashboard(
+            runs, args.host, args.port, args.token, log_file=runs / "dashboard.log"
+        )
         try:
             wait_until_ready(url, server)
         except UserError:
@@ -90,8 +91,10 @@ def main(argv: list[str]) -> int:
         result = train(cfg)
         first = "-" if result.first_eval is None else f"{result.first_eval:.3f}"
         last = "-" if result.last_eval is None else f"{result.last_eval:.3f}"
-        print(f"demo run {result.stopped} at step {result.last_step}: held-out accuracy "
-              f"{first} -> {last}; `minirl analyze {run_dir}` takes it apart.")  # fmt: skip
+        print(
+            f"demo run {result.stopped} at step {result.last_step}: held-out accuracy "
+            f"{first} -> {last}; `minirl analyze {run_dir}` takes it apart."
+        )
         if server is not None and not args.no_wait:
             print("the dashboard keeps serving; Ctrl-C to stop it", flush=True)
             server.wait()

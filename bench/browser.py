@@ -26,9 +26,15 @@ from websockets.sync.client import connect
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]  # fmt: skip
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def chromium_available() -> bool:
@@ -43,11 +49,19 @@ class Browser:
         port_file = profile / "DevToolsActivePort"
         port_file.unlink(missing_ok=True)  # a stale one from an earlier session
         self.proc = subprocess.Popen(
-            [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0",
-             f"--window-size={width},{height}", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+            [
+                CHROMIUM,
+                *FLAGS,
+                f"--user-data-dir={profile}",
+                "--remote-debugging-port=0",
+                f"--window-size={width},{height}",
+                "about:blank",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
             start_new_session=True,  # its own process group: close() ends every child
-        )  # fmt: skip
+        )
         self.ws = None
         self._stack = contextlib.ExitStack()
         self._ids = itertools.count(1)
@@ -69,8 +83,13 @@ class Browser:
         url = pages[0]["webSocketDebuggerUrl"]
         self.ws = self._stack.enter_context(connect(url, max_size=2**28, open_timeout=10))
         self.call("Page.enable")
-        self.call("Emulation.setDeviceMetricsOverride", width=width, height=height,
-                  deviceScaleFactor=1, mobile=False)  # fmt: skip
+        self.call(
+            "Emulation.setDeviceMetricsOverride",
+            width=width,
+            height=height,
+            deviceScaleFactor=1,
+            mobile=False,
+        )
 
     def call(self, method: str, timeout_s: float = 30.0, **params: Any) -> dict[str, Any]:
         """Send one CDP command and return its result (events in between are dropped)."""

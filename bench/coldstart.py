@@ -18,7 +18,9 @@ import time
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="minirl bench coldstart", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="minirl bench coldstart", description=__doc__.split("\n")[0]
+    )
     parser.add_argument(
         "config", nargs="?", default=None, help="run config YAML (default: built-in defaults)"
     )
@@ -52,4 +54,3 @@ def main(argv: list[str]) -> int:
     }
     print(json.dumps(row))
     return 0
-

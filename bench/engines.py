@@ -179,4 +179,3 @@ def main(argv: list[str]) -> int:
     out.write_text(text)
     print(text)
     return 0
-

@@ -154,4 +154,3 @@ def main(argv: list[str]) -> int:
     print("\n".join(lines[-14:]))
     print(f"-> {args.out}")
     return 0
-

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from bench.browser import Browser, chromium_available
 
+from bench.browser import Browser, chromium_available
 from dashboard.serve import dashboard_url, start_dashboard, wait_until_ready
 from monitor import Monitor
 

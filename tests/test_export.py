@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from monitor import Monitor, RunReader
 from app.cli import main as cli
+from monitor import Monitor, RunReader
 
 ROOT = Path(__file__).resolve().parents[1]
 VALUES = {

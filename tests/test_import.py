@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from app.cli import main
 from monitor.importers.names import PEER_NAMES, canonical_name
 from monitor.importers.tensorboard import parse_tensorboard
 from monitor.reader import RunReader
-from app.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
