@@ -8,15 +8,18 @@ responses of prompt i. This module does not compute rewards or per-token advanta
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
+
+Baseline = Literal["mean", "loo"]
+BASELINES: tuple[Baseline, ...] = get_args(Baseline)
 
 
 def group_advantages(
     rewards: torch.Tensor,  # [B] one reward per response, prompt-major
     group_size: int,
-    baseline: Literal["mean", "loo"] = "mean",
+    baseline: Baseline = "mean",
     std_normalize: bool = False,
     eps: float = 1e-6,
 ) -> torch.Tensor:
@@ -31,7 +34,7 @@ def group_advantages(
     batch = rewards.shape[0]
     if batch == 0 or batch % group_size != 0:
         raise ValueError(f"group_size={group_size} does not divide the {batch} rewards.")
-    if baseline not in ("mean", "loo"):
+    if baseline not in BASELINES:
         raise ValueError(f"baseline={baseline!r} is not one of 'mean', 'loo'.")
     if baseline == "loo" and group_size < 2:
         raise ValueError("baseline='loo' needs group_size >= 2: no other response to average.")

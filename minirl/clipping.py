@@ -14,6 +14,11 @@ from __future__ import annotations
 
 import torch
 
+EPS_LOW = 0.2
+"""MiniRL's lower clip ε_low: M_t = 0 when Â < 0 and r_t < 1 − ε_low."""
+EPS_HIGH = 0.27
+"""MiniRL's upper clip ε_high (clip-higher): M_t = 0 when Â > 0 and r_t > 1 + ε_high."""
+
 
 def clipped_region(
     ratio: torch.Tensor,  # [B, T] (or [B, 1] for a sequence ratio)
@@ -28,8 +33,8 @@ def clipped_region(
 def minirl_mask(
     log_r: torch.Tensor,  # [B, T] log π_θ − log π_old
     advantages: torch.Tensor,  # [B]
-    eps_low: float = 0.2,
-    eps_high: float = 0.27,
+    eps_low: float = EPS_LOW,
+    eps_high: float = EPS_HIGH,
 ) -> torch.Tensor:
     """M_t of MiniRL eq. 7 as a float 0/1 tensor [B, T] (1 = the token keeps its gradient)."""
     ratio = torch.exp(log_r.detach())

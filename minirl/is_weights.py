@@ -20,20 +20,25 @@ does not decide which ratio the policy is applied to; `loss.py` does.
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 
 ISPolicy = Literal["none", "token_tis", "seq_tis", "token_mis", "seq_mis", "icepop"]
+IS_POLICIES: tuple[ISPolicy, ...] = get_args(ISPolicy)
 TOKEN_LEVEL: tuple[ISPolicy, ...] = ("none", "token_tis", "token_mis", "icepop")
+TIS_CAP = 5.0
+"""MiniRL's truncation cap C of token_tis and seq_tis."""
+ICEPOP_BAND = (0.5, 5.0)
+"""IcePop's band [α, β] of kept ratios (token_mis and seq_mis use its upper end)."""
 
 
 def is_weight(
     log_ratio: torch.Tensor,  # [B, T] log ρ_t (or log w_t), 0 on padding
     mask: torch.Tensor,  # [B, T] bool, response tokens
     policy: ISPolicy,
-    cap: float = 5.0,
-    band: tuple[float, float] = (0.5, 5.0),
+    cap: float = TIS_CAP,
+    band: tuple[float, float] = ICEPOP_BAND,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(factor [B, T] detached, changed [B, T] bool): the IS factor of each token and
     whether the policy truncated or rejected it. Both are 0/False on padding."""

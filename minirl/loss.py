@@ -29,11 +29,13 @@ import torch
 
 from minirl._checks import as_mask, check_advantages, check_finite, zero_padding
 from minirl.aggregation import Aggregation, aggregate
-from minirl.clipping import clipped_region, ppo_clip
-from minirl.is_weights import TOKEN_LEVEL, ISPolicy, is_weight
+from minirl.clipping import EPS_HIGH, EPS_LOW, clipped_region, ppo_clip
+from minirl.is_weights import ICEPOP_BAND, TIS_CAP, TOKEN_LEVEL, ISPolicy, is_weight
 from minirl.ratios import log_is_decomposition
 
 Variant = Literal["minirl", "reinforce", "grpo", "dapo", "dr_grpo", "gspo", "cispo"]
+VARIANTS: tuple[Variant, ...] = get_args(Variant)
+CapTarget = Literal["rho", "w"]
 
 
 @dataclass
@@ -45,10 +47,10 @@ class LossConfig:
     Shao et al. 2024); dapo (PPO-clip-higher, token-mean, Yu et al. 2025); dr_grpo
     (PPO-clip, token sum / (B·dr_grpo_constant), Liu et al. 2025); gspo (clipped sequence
     ratio, Zheng et al. 2025); cispo (sg[clipped ratio] weight, token-mean, MiniMax 2025)."""
-    eps_low: float = 0.2
+    eps_low: float = EPS_LOW
     """Lower clip ε_low: M_t = 0 when Â < 0 and r_t < 1 − ε_low. grpo uses it on both sides
     (GRPO's clip is symmetric); gspo's paper uses 3e-4 for its sequence ratio."""
-    eps_high: float = 0.27
+    eps_high: float = EPS_HIGH
     """Upper clip ε_high: M_t = 0 when Â > 0 and r_t > 1 + ε_high (MiniRL 0.27, DAPO 0.28,
     GSPO 4e-4). Not used by grpo."""
     clip: bool = True
@@ -58,12 +60,12 @@ class LossConfig:
     """Training-inference IS correction: none | token_tis (min(ρ, is_cap)) | seq_tis |
     token_mis | seq_mis (ρ, 0 above band[1]) | icepop (ρ, 0 outside band). Not used by
     reinforce."""
-    is_cap: float = 5.0
+    is_cap: float = TIS_CAP
     """Cap C of token_tis and seq_tis (MiniRL: 5)."""
-    is_cap_target: Literal["rho", "w"] = "rho"
+    is_cap_target: CapTarget = "rho"
     """minirl only: apply the IS policy to ρ_t = π_old/μ_old (then w = f(ρ)·r) or to the
     full w_t = π_θ/μ_old. "w" needs a token-level is_policy."""
-    band: tuple[float, float] = (0.5, 5.0)
+    band: tuple[float, float] = ICEPOP_BAND
     """(lo, hi) of the rejecting policies: icepop keeps lo ≤ ρ_t ≤ hi (IcePop's [0.5, 5]);
     token_mis and seq_mis reject ρ > hi only (Liu et al. 2025)."""
     length_norm: bool = False
@@ -76,7 +78,7 @@ class LossConfig:
     def __post_init__(self) -> None:
         _check_choice("variant", self.variant, Variant)
         _check_choice("is_policy", self.is_policy, ISPolicy)
-        _check_choice("is_cap_target", self.is_cap_target, Literal["rho", "w"])
+        _check_choice("is_cap_target", self.is_cap_target, CapTarget)
         for name in ("clip", "length_norm"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(

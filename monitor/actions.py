@@ -34,6 +34,9 @@ from typing import Any
 
 from monitor.errors import UserError
 
+# The names an action may use. Defined by minirl (`is_weights.ISPolicy`,
+# `routing.ReplayMode`), repeated here as plain strings because the monitor never imports
+# minirl or torch; tests/test_shared_names.py fails the day the two differ.
 IS_POLICIES = ("none", "token_tis", "seq_tis", "token_mis", "seq_mis", "icepop")
 ROUTING_MODES = ("none", "R2", "R3")
 MAX_LR_FACTOR = 10.0

@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from minirl.advantages import Baseline
 from minirl.loss import LossConfig
+from minirl.routing import ReplayMode
 from monitor.config import MonitorConfig
 from monitor.errors import UserError
 from monitor.typed_config import (
@@ -50,7 +52,7 @@ class TrainConfig:
     mini_batches: int = 1
     """N = global batch / mini-batch: optimiser updates per rollout. 1 is on-policy;
     2, 4, 8 are the paper's off-policy 2x/4x/8x. Splits whole prompt groups."""
-    routing_replay: Literal["none", "R2", "R3"] = "none"
+    routing_replay: ReplayMode = "none"
     """MoE routing replay in the updates: R2 replays the training engine's θ_old routing
     e^π_old, R3 the inference engine's e^μ_old (paper: R2 best at 2x, R3 at 4x/8x)."""
     lr_schedule: Literal["constant", "cosine", "linear"] = "constant"
@@ -60,7 +62,7 @@ class TrainConfig:
     """Linear warm-up of the lr scale from 1/(warmup_steps+1) to 1."""
     min_lr_ratio: float = 0.0
     """Final lr scale of the cosine and linear schedules."""
-    advantage_baseline: Literal["mean", "loo"] = "mean"
+    advantage_baseline: Baseline = "mean"
     """Â = R − mean of the group (the paper's), or − mean of the other n−1 (RLOO)."""
     advantage_std_norm: bool = False
     """Divide Â by the group's reward std (GRPO); off in MiniRL."""

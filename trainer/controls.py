@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from minirl.loss import LossConfig
+from minirl.routing import ReplayMode
 from monitor.actions import validate
 from monitor.errors import UserError
-
-ReplayMode = Literal["none", "R2", "R3"]
 
 
 class Rejected(Exception):
