@@ -1,4 +1,4 @@
-"""`minirl import FILE --format jsonl|csv|tensorboard --out RUN_DIR`: a foreign log as a run.
+"""`minirl import FILE --format jsonl|csv|tensorboard|wandb --out RUN_DIR`: a foreign log as a run.
 
 Reads another trainer's log (monitor/importers), renames the peers' metrics onto ours
 (importers/names.py; unknown names are kept), and writes the steps in order through
@@ -42,9 +42,9 @@ def _summary(parsed: Parsed) -> str:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="minirl import",
-        description="Import a foreign training log (JSONL, CSV, TensorBoard) into a run store.",
+        description="Import a foreign log (JSONL, CSV, TensorBoard, W&B) into a run store.",
     )
-    parser.add_argument("file", type=Path, help="log file (or a TensorBoard log directory)")
+    parser.add_argument("file", type=Path, help="log file, TensorBoard log dir or W&B run dir")
     parser.add_argument("--format", choices=FORMATS, help="default: from the file name")
     parser.add_argument("--out", type=Path, required=True, help="new run directory")
     parser.add_argument(
@@ -57,9 +57,9 @@ def main(argv: list[str]) -> int:
     fmt = args.format or guess_format(args.file)
     if fmt is None:
         raise UserError(f"cannot tell the format of {args.file}; pass --format {'|'.join(FORMATS)}")
-    if args.file.is_dir() and fmt != "tensorboard":
-        raise UserError(f"{args.file} is a directory; only --format tensorboard reads directories")
-    if args.file.is_dir():
+    if args.file.is_dir() and fmt not in ("tensorboard", "wandb"):
+        raise UserError(f"{args.file} is a directory; only tensorboard and wandb read directories")
+    if args.file.is_dir() and fmt == "tensorboard":
         from monitor.importers.tensorboard import event_files
 
         if not event_files(args.file):

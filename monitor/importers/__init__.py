@@ -81,12 +81,16 @@ def as_value(value: object) -> float | None:
     return None
 
 
-FORMATS = ("jsonl", "csv", "tensorboard")
+FORMATS = ("jsonl", "csv", "tensorboard", "wandb")
 
 
 def guess_format(path: Path) -> str | None:
     """The format implied by a file name, or None."""
     name = path.name.lower()
+    from monitor.importers.wandb import is_wandb
+
+    if is_wandb(path):
+        return "wandb"
     if path.is_dir() or "tfevents" in name:
         return "tensorboard"
     if name.endswith((".jsonl", ".ndjson", ".json")):
@@ -110,4 +114,8 @@ def parse(path: Path, fmt: str) -> Parsed:
         from monitor.importers.tensorboard import parse_tensorboard
 
         return parse_tensorboard(path)
+    if fmt == "wandb":
+        from monitor.importers.wandb import parse_wandb
+
+        return parse_wandb(path)
     raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
