@@ -159,7 +159,7 @@ def test_cli_help_does_not_load_torch():
 
 def test_bench_help_lists_every_benchmark_without_loading_torch():
     code = (
-        "import sys; from app.cli import main; rc = main(['bench', '--help']); "
+        "import sys; from bench.cli import main; rc = main(['--help']); "
         "assert 'torch' not in sys.modules, 'torch loaded'; sys.exit(rc)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
