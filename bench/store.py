@@ -27,13 +27,9 @@ from monitor import Monitor, RunReader, list_runs
 from monitor.config import DetectorsConfig
 from monitor.store import RunStore
 
-CANONICAL = sorted(
-    {
-        getattr(DetectorsConfig(), f).metric
-        for f in DetectorsConfig.__dataclass_fields__
-        if f != "nonfinite"
-    }
-)
+_RULES = [getattr(DetectorsConfig(), f) for f in DetectorsConfig.__dataclass_fields__]
+CANONICAL = sorted({r.metric for r in _RULES if isinstance(getattr(r, "metric", None), str)})
+"""The metrics the default detectors watch, one per rule that watches a single metric."""
 
 
 def metric_names(n: int) -> list[str]:
