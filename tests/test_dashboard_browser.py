@@ -3,7 +3,7 @@
 `start_dashboard` serves the app on a free loopback port; a background thread logs steps
 through `Monitor.log`, as a trainer does. One DevTools page session (bench/browser.py)
 loads the Live page, waits for it to show the run (the first load after a cold server
-start can stay blank: ENGINES.md, so it reloads once if needed), then, without any
+start can stay blank in headless Chromium, so it reloads once if needed), then, without any
 reload, waits for a larger "last step N" to appear: the page refreshed itself. A marker
 set in `window` proves the page was not reloaded. The screenshot goes to tmp_path.
 """

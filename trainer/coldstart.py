@@ -49,7 +49,7 @@ class ColdStartConfig:
     """Stop once the sampled (temperature 1) accuracy on check_prompts train-split prompts
     reaches this: RL needs room to improve, and the accuracy crosses 20-60 % within a few
     dozen steps, at a step that moves with seeds and thread counts, so a fixed step count
-    would land anywhere in that range (bench/coldstart_bench.py). null: run all steps."""
+    would land anywhere in that range (`minirl bench coldstart`). null: run all steps."""
     check_every: int = 5
     """Steps between accuracy checks (each decodes check_prompts responses)."""
     check_prompts: int = 128
