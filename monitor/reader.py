@@ -334,24 +334,55 @@ class RunReader:
         rows = self._q(f"SELECT id, step, kind, detail, time FROM events {where} ORDER BY id", args)
         return [Event(r[0], r[1], r[2], json.loads(r[3]), r[4]) for r in rows]
 
-    def summary(self, stale_after_s: float = 120.0) -> RunSummary:
-        with self.snapshot():
-            return self._summary(stale_after_s)
+    def summary(
+        self, stale_after_s: float = 120.0, collapse_detectors: Iterable[str] | None = None
+    ) -> RunSummary:
+        """Who the run is and how it ended (see RunSummary). `collapse_detectors`: the
+        detectors whose alerts count as collapse alerts (default: the monitor's)."""
+        if collapse_detectors is None:
+            from monitor.config import MonitorConfig
 
-    def _summary(self, stale_after_s: float) -> RunSummary:
-        meta = self.meta()
-        return RunSummary(
-            path=meta.path,
-            run_id=meta.run_id,
-            status=self.status(stale_after_s),
-            last_step=self.last_step(),
-            created_at=meta.created_at,
-            last_write=self.last_write(),
-            n_alerts=self._q("SELECT count(*) FROM alerts")[0][0],
-            n_pending_actions=self._q("SELECT count(*) FROM actions WHERE status = 'pending'")[0][
-                0
-            ],
+            collapse_detectors = MonitorConfig().remediation.collapse_detectors
+        with self.snapshot():
+            meta = self.meta()
+            return RunSummary(
+                path=meta.path,
+                run_id=meta.run_id,
+                status=self.status(stale_after_s),
+                last_step=self.last_step(),
+                created_at=meta.created_at,
+                last_write=self.last_write(),
+                n_alerts=self._count("alerts"),
+                n_pending_actions=self._count("actions WHERE status = 'pending'"),
+                stopped=self._stopped(),
+                first_alert=self._first_alert(()),
+                first_collapse_alert=self._first_alert(tuple(collapse_detectors)),
+            )
+
+    def _count(self, where: str) -> int:
+        return self._q(f"SELECT count(*) FROM {where}")[0][0]
+
+    def _stopped(self) -> str | None:
+        rows = self._q(
+            "SELECT kind, step, detail FROM events WHERE kind IN ('stop', 'crash')"
+            " ORDER BY id DESC LIMIT 1"
         )
+        if not rows:
+            return None
+        kind, step, detail = rows[0][0], rows[0][1], json.loads(rows[0][2])
+        if kind == "crash":
+            return f"crash at step {step}: {detail.get('error', '')}"
+        return str(detail.get("reason"))
+
+    def _first_alert(self, detectors: tuple[str, ...]) -> tuple[int, str] | None:
+        """(step, detector) of the first warning-or-worse alert, of `detectors` if given."""
+        where = f" AND detector IN ({', '.join('?' * len(detectors))})" if detectors else ""
+        rows = self._q(
+            "SELECT step, detector FROM alerts WHERE severity IN ('warning', 'critical')"
+            f"{where} ORDER BY step, id LIMIT 1",
+            detectors,
+        )
+        return (int(rows[0][0]), str(rows[0][1])) if rows else None
 
 
 def list_runs(runs_dir: str | os.PathLike[str], stale_after_s: float = 120.0) -> list[RunSummary]:

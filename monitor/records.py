@@ -137,7 +137,9 @@ class RunMeta:
 
 @dataclass(frozen=True)
 class RunSummary:
-    """One line of `list_runs`: enough for a run picker, or the reason it cannot be read."""
+    """What a run is and how it ended, from its store alone: one line of `list_runs` (a
+    run picker), and the part of a lab run's result that is not about its metrics.
+    Or the reason the store cannot be read."""
 
     path: str
     run_id: str
@@ -149,6 +151,14 @@ class RunSummary:
     n_pending_actions: int = 0
     error: str | None = None
     """Set (and the other fields mostly None) when the store is corrupt or unreadable."""
+    stopped: str | None = None
+    """Why the run ended: the last `stop` event's reason (e.g. completed, non-finite), or
+    `crash at step N: error` after a later crash; None while it runs."""
+    first_alert: tuple[int, str] | None = None
+    """(step, detector) of the first warning or critical alert."""
+    first_collapse_alert: tuple[int, str] | None = None
+    """The same among the detectors whose critical alerts mean collapse to the
+    remediation policy (`RemediationConfig.collapse_detectors`)."""
 
 
 @dataclass(frozen=True)

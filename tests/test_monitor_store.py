@@ -18,6 +18,7 @@ import pytest
 from monitor import Monitor, MonitorConfig, RunReader, UserError, list_runs, request_action
 from monitor.config import HistogramSpec
 from monitor.histograms import bin_values
+from monitor.records import AlertDraft
 from monitor.store import SCHEMA_VERSION, STORE_FILE, RunStore
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -327,6 +328,29 @@ def test_status_live_crashed_finished(tmp_path):
     runs = {Path(s.path).name: s for s in list_runs(tmp_path)}
     assert runs["a"].status == "finished" and runs["a"].last_step == 0
     assert runs["b"].status == "crashed"
+    assert runs["a"].stopped is None
+    assert runs["b"].stopped.startswith("crash at step 0: ZeroDivisionError")
+
+
+def test_summary_says_how_the_run_ended_and_its_first_alerts(tmp_path):
+    def alert(detector: str, severity: str) -> AlertDraft:
+        return AlertDraft(detector, severity, "m", 1.0, 0.0, 0, "outcome", "msg", "remedy")
+
+    store = RunStore.open(tmp_path)
+    with store.transaction():
+        store.insert_alert(1, alert("length_blowup", "info"), 0.0)  # info does not count
+        store.insert_alert(2, alert("truncation", "warning"), 0.0)  # not a collapse detector
+        store.insert_alert(3, alert("nonfinite", "critical"), 0.0)
+        store.insert_event(3, "crash", {"error": "boom"}, 0.0)
+        store.insert_event(3, "stop", {"reason": "stop action"}, 0.0)  # the later one tells
+    store.close()
+    with RunReader(tmp_path) as reader:
+        s = reader.summary()
+        assert s.stopped == "stop action" and s.n_alerts == 3
+        assert s.first_alert == (2, "truncation")
+        assert s.first_collapse_alert == (3, "nonfinite")
+        only = reader.summary(collapse_detectors=["truncation"])
+        assert only.first_collapse_alert == (2, "truncation")
 
 
 def test_foreign_corrupt_and_newer_files_are_clear_errors(tmp_path):
