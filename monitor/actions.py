@@ -1,9 +1,10 @@
 """The remediation action kinds: names, parameters, validation, effect on the controls.
 
-The single source of truth for what an action may say: the remediation policy, the
-dashboard (which writes requests into the store) and the trainer (which applies them at
-a step boundary) all go through `validate`. An action is data; this module does not
-decide when to act (remediation.py) nor how the trainer applies it (trainer/).
+The single source of truth for what an action may say and do: the remediation policy,
+the dashboard (which writes requests into the store) and the trainer (which applies them
+at a step boundary) all go through `validate`, and the effect of each kind on the run's
+knobs is the one table `EFFECTS`. An action is data; this module does not decide when to
+act (remediation.py) nor check what only the trainer knows (trainer/controls.py).
 
 Kinds and parameters (`?` = optional):
 
@@ -145,36 +146,56 @@ def validate(kind: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
     return out
 
 
+# What each kind does to the run's controls (Monitor's keys: is_policy, is_cap, is_band,
+# clip, eps_low, eps_high, routing_replay, mini_batches, length_norm, lr): one
+# (knob, param, how) per knob it moves. how: "set" the knob to the param's value,
+# "scale" the knob by it, or a mapping from the param's value to the knob's. An optional
+# param that is absent moves nothing. The one interpreter of actions: the monitor's view
+# (`apply_to_controls`) and the trainer (trainer/controls.py) both read `moves`.
+EFFECTS: dict[str, tuple[tuple[str, str, Any], ...]] = {
+    "set_is_correction": (
+        ("is_policy", "enabled", {True: "token_tis", False: "none"}),
+        ("is_cap", "cap", "set"),
+    ),
+    "set_is_policy": (
+        ("is_policy", "policy", "set"),
+        ("is_cap", "cap", "set"),
+        ("is_band", "band", "set"),
+    ),
+    "set_clip": (
+        ("clip", "enabled", "set"),
+        ("eps_low", "eps_low", "set"),
+        ("eps_high", "eps_high", "set"),
+    ),
+    "set_routing_replay": (("routing_replay", "mode", "set"),),
+    "set_mini_batches": (("mini_batches", "n", "set"),),
+    "set_length_norm": (("length_norm", "enabled", "set"),),
+    "scale_lr": (("lr", "factor", "scale"),),
+    "rollback": (),  # carried out by the trainer itself, like stop: no knob moves
+    "stop": (),
+}
+assert set(EFFECTS) == set(KINDS)
+
+
+def moves(kind: str, params: Mapping[str, Any] | None) -> list[tuple[str, str, Any]]:
+    """The validated action as (knob, "set" | "scale", value) moves; raises UserError
+    like `validate` for an action that may not be said."""
+    p = validate(kind, params)
+    out = []
+    for knob, param, how in EFFECTS[kind]:
+        if param in p:
+            value = p[param]
+            out.append((knob, "set", how[value]) if isinstance(how, dict) else (knob, how, value))
+    return out
+
+
 def apply_to_controls(controls: Mapping[str, Any], kind: str, params: Mapping[str, Any]) -> dict:
     """The run's control knobs after an applied action (a new dict; the input is kept).
-
-    Keys follow `Monitor(controls=...)`: is_policy, is_cap, is_band, clip, eps_low,
-    eps_high, routing_replay, mini_batches, length_norm, lr. rollback and stop change
-    no knob. A knob the run did not report is simply set.
-    """
-    params = validate(kind, params)
+    A knob the run did not report is simply set; an unknown lr is not scaled."""
     out = dict(controls)
-    if kind == "set_is_correction":
-        out["is_policy"] = "token_tis" if params["enabled"] else "none"
-        if "cap" in params:
-            out["is_cap"] = params["cap"]
-    elif kind == "set_is_policy":
-        out["is_policy"] = params["policy"]
-        if "cap" in params:
-            out["is_cap"] = params["cap"]
-        if "band" in params:
-            out["is_band"] = list(params["band"])
-    elif kind == "set_clip":
-        out["clip"] = params["enabled"]
-        for key in ("eps_low", "eps_high"):
-            if key in params:
-                out[key] = params[key]
-    elif kind == "set_routing_replay":
-        out["routing_replay"] = params["mode"]
-    elif kind == "set_mini_batches":
-        out["mini_batches"] = params["n"]
-    elif kind == "set_length_norm":
-        out["length_norm"] = params["enabled"]
-    elif kind == "scale_lr" and out.get("lr") is not None:
-        out["lr"] = float(out["lr"]) * params["factor"]
+    for knob, how, value in moves(kind, params):
+        if how == "set":
+            out[knob] = value
+        elif out.get(knob) is not None:
+            out[knob] = float(out[knob]) * value
     return out

@@ -1,10 +1,11 @@
 """The knobs a run may change at a step boundary, and how a remediation action moves them.
 
-The monitor decides (or an operator requests) an action; `monitor.actions.validate` is
-the single definition of what an action may say. This module is the trainer's side: it
-turns a validated action into new `Controls`, or rejects it with a reason the audit trail
-records — never silently. It does not read the store, load checkpoints or stop the run:
-`rollback` and `stop` are returned as requests for the loop (`trainer/run.py`) to carry out.
+The monitor decides (or an operator requests) an action; `monitor.actions` is the single
+definition of what an action may say and which knobs it moves. This module is the
+trainer's side: it maps those knobs onto `Controls` and rejects, with a reason the audit
+trail records (never silently), what this run cannot apply. It does not read the store,
+load checkpoints or stop the run: `rollback` and `stop` are returned as requests for the
+loop (`trainer/run.py`) to carry out.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any, Literal
 
 from minirl.loss import LossConfig
 from minirl.routing import ReplayMode
-from monitor.actions import validate
+from monitor.actions import moves, validate
 from monitor.errors import UserError
 
 
@@ -60,6 +61,18 @@ class Request:
     step: int | None = None
 
 
+# Monitor's knob names -> LossConfig fields; the other knobs are fields of Controls.
+_LOSS_FIELDS = {
+    "is_policy": "is_policy",
+    "is_cap": "is_cap",
+    "is_band": "band",
+    "clip": "clip",
+    "eps_low": "eps_low",
+    "eps_high": "eps_high",
+    "length_norm": "length_norm",
+}
+
+
 def apply_action(
     controls: Controls,
     kind: str,
@@ -68,57 +81,46 @@ def apply_action(
     prompts_per_step: int,
     moe: bool,
 ) -> Controls | Request:
-    """New controls after `kind`, a Request for rollback/stop, or raise Rejected(reason)."""
+    """New controls after `kind`, a Request for rollback/stop, or raise Rejected(reason).
+
+    What each kind moves is `monitor.actions.EFFECTS`; this adds only the checks that
+    need the run's facts (the loss variant, dense or MoE, the prompt groups of a step)."""
     try:
         p = validate(kind, params)
+        knobs = moves(kind, p)
     except UserError as err:
         raise Rejected(str(err)) from None
-    loss = controls.loss
-    match kind:
-        case "set_is_correction":
-            if loss.variant == "reinforce":
-                raise Rejected("variant 'reinforce' has no IS correction to switch")
-            policy = "token_tis" if p["enabled"] else "none"
-            return _with_loss(controls, is_policy=policy, is_cap=p.get("cap", loss.is_cap))
-        case "set_is_policy":
-            if loss.variant == "reinforce":
-                raise Rejected("variant 'reinforce' applies no IS policy")
-            changes: dict[str, Any] = {"is_policy": p["policy"]}
-            if "cap" in p:
-                changes["is_cap"] = p["cap"]
-            if "band" in p:
-                changes["band"] = tuple(p["band"])
-            return _with_loss(controls, **changes)
-        case "set_clip":
-            changes = {"clip": p["enabled"]}
-            changes |= {k: p[k] for k in ("eps_low", "eps_high") if k in p}
-            return _with_loss(controls, **changes)
-        case "set_routing_replay":
-            if p["mode"] != "none" and not moe:
-                raise Rejected(f"routing replay {p['mode']} needs an MoE policy; this one is dense")
-            return dataclasses.replace(controls, routing_replay=p["mode"])
-        case "set_mini_batches":
-            n = p["n"]
-            if prompts_per_step % n:
-                raise Rejected(
-                    f"{n} mini-batches do not divide the {prompts_per_step} prompt groups of a step"
-                )
-            return dataclasses.replace(controls, mini_batches=n)
-        case "set_length_norm":
-            return _with_loss(controls, length_norm=p["enabled"])
-        case "scale_lr":
-            return dataclasses.replace(controls, lr_scale=controls.lr_scale * p["factor"])
-        case "rollback":
-            return Request("rollback", p.get("step"))
-        case "stop":
-            return Request("stop")
-    raise Rejected(f"the trainer does not know action kind {kind!r}")
+    if kind in ("rollback", "stop"):
+        return Request(kind, p.get("step"))
+    _check_applicable(controls.loss, kind, p, prompts_per_step=prompts_per_step, moe=moe)
+    loss: dict[str, Any] = {}
+    run: dict[str, Any] = {}
+    for knob, how, value in knobs:
+        if knob in _LOSS_FIELDS:
+            loss[_LOSS_FIELDS[knob]] = tuple(value) if knob == "is_band" else value
+        elif how == "scale":  # lr, the one scaled knob: Controls keeps its scale
+            run["lr_scale"] = controls.lr_scale * value
+        else:  # mini_batches, routing_replay
+            run[knob] = value
+    if loss:
+        try:
+            run["loss"] = dataclasses.replace(controls.loss, **loss)  # re-validated
+        except ValueError as err:  # e.g. length_norm on grpo
+            raise Rejected(str(err)) from None
+    return dataclasses.replace(controls, **run)
 
 
-def _with_loss(controls: Controls, **changes: Any) -> Controls:
-    """Controls with a changed LossConfig, re-validated (e.g. length_norm on grpo)."""
-    try:
-        loss = dataclasses.replace(controls.loss, **changes)
-    except ValueError as err:
-        raise Rejected(str(err)) from None
-    return dataclasses.replace(controls, loss=loss)
+def _check_applicable(
+    loss: LossConfig, kind: str, p: dict[str, Any], *, prompts_per_step: int, moe: bool
+) -> None:
+    """Raise Rejected for an action this run cannot apply, saying why."""
+    if loss.variant == "reinforce" and kind == "set_is_correction":
+        raise Rejected("variant 'reinforce' has no IS correction to switch")
+    if loss.variant == "reinforce" and kind == "set_is_policy":
+        raise Rejected("variant 'reinforce' applies no IS policy")
+    if kind == "set_routing_replay" and p["mode"] != "none" and not moe:
+        raise Rejected(f"routing replay {p['mode']} needs an MoE policy; this one is dense")
+    if kind == "set_mini_batches" and prompts_per_step % p["n"]:
+        raise Rejected(
+            f"{p['n']} mini-batches do not divide the {prompts_per_step} prompt groups of a step"
+        )
