@@ -16,8 +16,8 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from monitor.importers import Parsed, as_step, as_value
 from monitor.importers.jsonl import STEP_KEYS
+from monitor.importers.parsed import Parsed, as_step, as_value
 
 STEP_COLUMNS = (*STEP_KEYS, "iteration")
 _ENVELOPE = ("__MIN", "__MAX")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from monitor.importers import Parsed, as_step, as_value
+from monitor.importers.parsed import Parsed, as_step, as_value
 
 # In order of preference: W&B's own step, then the trainers' step keys.
 STEP_KEYS = ("_step", "step", "global_step", "train/global_step", "trainer/global_step", "Step")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from monitor.importers import Parsed
+from monitor.importers.parsed import Parsed
 
 # Field numbers, from event.proto, summary.proto and tensor.proto.
 EVENT_STEP, EVENT_SUMMARY = 2, 5

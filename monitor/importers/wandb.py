@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from monitor.errors import UserError
-from monitor.importers import Parsed, as_value
+from monitor.importers.parsed import Parsed, as_value
 from monitor.importers.tensorboard import masked_crc
 
 HEADER = struct.Struct("<4sHB")

@@ -1,0 +1,78 @@
+"""What every reader of a foreign log returns: `Parsed`, and the two cell converters.
+
+Its own module so that the readers (jsonl.py, csv_table.py, tensorboard.py, wandb.py) and
+the package that dispatches to them (`monitor.importers.parse`) do not import each other.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+MAX_EXAMPLES = 5
+
+
+@dataclass
+class Parsed:
+    """Scalars read from one file, and what was skipped on the way."""
+
+    rows: dict[int, dict[str, float]] = field(default_factory=dict)
+    """step -> {peer name -> value}; a later value for the same (step, name) wins."""
+    units: int = 0
+    """Lines, rows or records read (the unit the garbage count refers to)."""
+    unit: str = "line"
+    garbage: int = 0
+    examples: list[str] = field(default_factory=list)
+    """The first few garbage units, as 'line 7: not JSON'."""
+    non_numeric: int = 0
+    """Fields that were present but not numbers (strings, lists...): skipped, not garbage."""
+    overwritten: int = 0
+    """(step, name) pairs seen more than once; the last one is kept."""
+
+    def add(self, step: int, name: str, value: float) -> None:
+        row = self.rows.setdefault(step, {})
+        if name in row:
+            self.overwritten += 1
+        row[name] = value
+
+    def bad(self, where: str, reason: str) -> None:
+        self.garbage += 1
+        if len(self.examples) < MAX_EXAMPLES:
+            self.examples.append(f"{where}: {reason}")
+
+    @property
+    def n_values(self) -> int:
+        return sum(len(row) for row in self.rows.values())
+
+
+def as_step(value: object) -> int | None:
+    """A non-negative integer step from an int, an integral float or a numeric string."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer() and value >= 0:
+        return int(value)
+    return None
+
+
+def as_value(value: object) -> float | None:
+    """A float from a number or a numeric string ('nan' and 'inf' included: they are data)."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            return None
+        try:
+            return float(text)
+        except ValueError:
+            return None
+    return None
