@@ -33,13 +33,20 @@ from pathlib import Path
 import numpy as np
 
 from bench import REPO, RESULTS
-from bench.browser import Browser
+from bench.browser import chromium_available, chromium_page, page_text, wait_until
 from bench.synthetic_run import NAMES, build_long, live_writer
 from dashboard.serve import dashboard_url, start_dashboard, wait_until_ready
 from monitor import RunReader
 from monitor.errors import UserError
 
 LAST_STEP = re.compile(r"last step (\d+)")
+SHOWS = "text => document.body.innerText.includes(text)"
+SHOWS_A_STEP = r"() => /last step \d+/.test(document.body.innerText)"
+# the number of Plotly charts drawn once all n are (no skeleton left), else false
+CHARTS_READY = """n => {
+  const k = document.querySelectorAll('.js-plotly-plot').length;
+  return k >= n && !document.querySelector('[data-testid=stSkeleton]') && k;
+}"""
 
 
 def timed(fn) -> tuple[float, object]:
@@ -79,13 +86,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def charts_ready(browser, expected: int) -> int:
-    """Number of Plotly charts drawn once all `expected` are, else 0."""
-    n = browser.eval("document.querySelectorAll('.js-plotly-plot').length") or 0
-    skeletons = browser.eval("document.querySelectorAll('[data-testid=stSkeleton]').length")
-    return n if n >= expected and not skeletons else 0
-
-
 def bench_browser_long(
     runs: Path, name: str, steps: int, n_charts: int, tmp: Path
 ) -> list[tuple[str, float]]:
@@ -96,22 +96,22 @@ def bench_browser_long(
         url = dashboard_url("127.0.0.1", port)
         dt, _ = timed(lambda: wait_until_ready(url, proc, timeout_s=120))
         rows.append(("server start (health check answers)", dt))
-        with Browser(tmp / "profile-long", height=2400) as b:
-            b.goto(url)  # warm-up load: the first load after a cold start can stay blank
-            b.wait_for(lambda t: "Runs" in t, 60)
+        with chromium_page(height=2400) as page:
+            page.goto(url)  # warm-up load: the first load after a cold start can stay blank
+            wait_until(page, SHOWS, 60, arg="Runs")
             t0 = time.perf_counter()
-            b.goto(url + f"live?run={name}")
-            shown = b.wait_for(lambda t: f"last step {steps - 1}" in t, 300)
+            page.goto(url + f"live?run={name}")
+            shown = wait_until(page, SHOWS, 300, arg=f"last step {steps - 1}")
             rows.append(
                 (
                     f"browser: Live page shows 'last step {steps - 1}'",
                     time.perf_counter() - t0 if shown else float("nan"),
                 )
             )
-            drawn = b.wait_for(lambda _: charts_ready(b, n_charts), 300)
+            drawn = wait_until(page, CHARTS_READY, 300, arg=n_charts)
             rows.append((f"browser: all {drawn} charts drawn", time.perf_counter() - t0))
             time.sleep(1.0)
-            b.screenshot(RESULTS / "dashboard_100k.png")
+            page.screenshot(path=RESULTS / "dashboard_100k.png")
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -130,15 +130,15 @@ def bench_browser_live(tmp: Path, query: str = "", label: str = "") -> list[tupl
     try:
         url = dashboard_url("127.0.0.1", port)
         wait_until_ready(url, proc, timeout_s=120)
-        with Browser(tmp / "profile-live", height=2400) as b:
-            b.goto(url)
-            b.wait_for(lambda t: "Runs" in t, 60)
-            b.goto(url + "live?run=live-demo" + query)
-            b.wait_for(lambda t: LAST_STEP.search(t), 120)
+        with chromium_page(height=2400) as page:
+            page.goto(url)
+            wait_until(page, SHOWS, 60, arg="Runs")
+            page.goto(url + "live?run=live-demo" + query)
+            wait_until(page, SHOWS_A_STEP, 120)
             lags = []
             deadline = time.monotonic() + 40
             while time.monotonic() < deadline:
-                found = LAST_STEP.findall(b.text())
+                found = LAST_STEP.findall(page_text(page))
                 if found and written:
                     lags.append((written[-1] - int(found[-1])) * 0.25)
                 time.sleep(0.5)
@@ -146,9 +146,9 @@ def bench_browser_live(tmp: Path, query: str = "", label: str = "") -> list[tupl
             rows.append((f"{what}, median", float(np.median(lags))))
             rows.append((f"{what}, max", float(np.max(lags))))
             if not query:
-                b.wait_for(lambda _: charts_ready(b, 20), 120)
+                wait_until(page, CHARTS_READY, 120, arg=20)
                 time.sleep(1.0)
-                b.screenshot(RESULTS / "dashboard_live.png")
+                page.screenshot(path=RESULTS / "dashboard_live.png")
     finally:
         stop.set()
         thread.join(timeout=30)
@@ -178,7 +178,7 @@ def main(argv: list[str]) -> int:
     size_mb = (run / "store.sqlite").stat().st_size / 2**20
     load = os.getloadavg()[0]
     rows, n_charts = bench_apptest(runs, name)
-    if not args.no_browser and shutil.which("chromium"):
+    if not args.no_browser and chromium_available():
         rows += bench_browser_long(runs, name, args.steps, n_charts, tmp)
         rows += bench_browser_live(tmp)
         rows += bench_browser_live(tmp, "&sections=Outcome", " (Outcome section only)")

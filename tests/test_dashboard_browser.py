@@ -1,16 +1,16 @@
 """The served dashboard in a real headless Chromium while a run is being written.
 
 `start_dashboard` serves the app on a free loopback port; a background thread logs steps
-through `Monitor.log`, as a trainer does. One DevTools page session (bench/browser.py)
-loads the Live page, waits for it to show the run (the first load after a cold server
-start can stay blank in headless Chromium, so it reloads once if needed), then, without any
-reload, waits for a larger "last step N" to appear: the page refreshed itself. A marker
-set in `window` proves the page was not reloaded. The screenshot goes to tmp_path.
+through `Monitor.log`, as a trainer does. One Playwright page in Debian's Chromium
+(bench/browser.py) loads the Live page, waits for it to show the run (the first load
+after a cold server start can stay blank in headless Chromium, so it reloads once if
+needed), then, without any reload, waits for a larger "last step N" to appear: the page
+refreshed itself. A marker set in `window` proves the page was not reloaded. The
+screenshot goes to tmp_path.
 """
 
 from __future__ import annotations
 
-import re
 import socket
 import threading
 from pathlib import Path
@@ -18,17 +18,25 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.browser import Browser, chromium_available
+from bench.browser import chromium_available, chromium_page, page_text, wait_until
 from dashboard.serve import dashboard_url, start_dashboard, wait_until_ready
 from monitor import Monitor
 
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.skipif(
-        not chromium_available(), reason="chromium missing: apt-get install -y chromium"
+        not chromium_available(),
+        reason="chromium or playwright missing: apt-get install -y chromium; the dev extra",
     ),
 ]
-LAST_STEP = re.compile(r"last step (\d+)")
+# the page's last "last step N" once N > after (an object: step 0 is falsy in JavaScript)
+LAST_STEP_AFTER = r"""after => {
+  const found = [...document.body.innerText.matchAll(/last step (\d+)/g)];
+  const n = found.length ? Number(found[found.length - 1][1]) : -1;
+  return n > after && {step: n};
+}"""
+# the number of Plotly charts drawn once there are at least n
+CHARTS = "n => (k => k >= n && k)(document.querySelectorAll('.js-plotly-plot').length)"
 
 
 def free_port() -> int:
@@ -54,9 +62,9 @@ def writer(run_dir: Path, stop: threading.Event, period_s: float = 0.3) -> None:
             stop.wait(period_s)
 
 
-def last_step(text: str) -> int | None:
-    found = LAST_STEP.findall(text)
-    return int(found[-1]) if found else None
+def last_step(page, after: int = -1, timeout_s: float = 60) -> int | None:
+    found = wait_until(page, LAST_STEP_AFTER, timeout_s, arg=after)
+    return None if found is None else found["step"]
 
 
 def test_live_page_updates_in_a_real_browser_without_reload(tmp_path: Path):
@@ -76,27 +84,23 @@ def test_live_page_updates_in_a_real_browser_without_reload(tmp_path: Path):
         assert b"tok-in-env-only" not in cmdline and b"--server.headless" in cmdline
         assert b"tok-in-env-only" in Path(f"/proc/{proc.pid}/environ").read_bytes()
 
-        with Browser(tmp_path / "profile") as browser:
-            page = url + "live?run=live-run"
-            browser.goto(page)
-            first = browser.wait_for(last_step, timeout_s=60)
+        with chromium_page() as page:
+            live = url + "live?run=live-run"
+            page.goto(live)
+            first = last_step(page)
             if first is None:  # cold start: the first load can stay blank
-                browser.goto(page)
-                first = browser.wait_for(last_step, timeout_s=60)
-            assert first is not None, browser.text()[-2000:]
-            assert "live-run" in browser.text()
-            browser.eval("window.__minirl_marker = 42")
-            newer = browser.wait_for(
-                lambda text: (n := last_step(text)) is not None and n > first and n, 60
-            )
-            assert newer is not None and newer > first, browser.text()[-2000:]
-            assert browser.eval("window.__minirl_marker") == 42  # same page: no reload
-            charts = browser.wait_for(
-                lambda _: browser.eval("document.querySelectorAll('.js-plotly-plot').length"),
-                timeout_s=60,
-            )
+                page.goto(live)
+                first = last_step(page)
+            assert first is not None, page_text(page)[-2000:]
+            assert "live-run" in page_text(page)
+            page.evaluate("window.__minirl_marker = 42")
+            newer = last_step(page, after=first)
+            assert newer is not None and newer > first, page_text(page)[-2000:]
+            assert page.evaluate("window.__minirl_marker") == 42  # same page: no reload
+            charts = wait_until(page, CHARTS, timeout_s=60, arg=3)
             assert charts and charts >= 3
-            shot = browser.screenshot(tmp_path / "live.png")
+            shot = tmp_path / "live.png"
+            page.screenshot(path=shot)
         assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         from PIL import Image
 
