@@ -95,6 +95,45 @@ def _print_alert(alert: Any) -> None:
           f"{alert.message}", flush=True)  # fmt: skip
 
 
+def open_watch(
+    source: str,
+    out: Path,
+    fmt: str | None = None,
+    run: str | None = None,
+    keep_names: bool = False,
+    **monitor_kw: Any,
+) -> Watcher:
+    """A Watcher of `source` into `out`: a new run, or the continuation of the watch of
+    the same source (its read state and pending values restored). `monitor_kw` go to
+    `Monitor` (notifier, prometheus_port...); close with `watcher.mon.close()`."""
+    fmt = fmt or guess_format(source)
+    if fmt is None:
+        raise UserError(f"cannot tell the format of {source}; pass --format {'|'.join(FORMATS)}")
+    if fmt not in ("mlflow", "jsonl") and not Path(source).exists():
+        raise UserError(f"no such file or directory: {source}")
+    wanted = describe(fmt, source, run)
+    existing, stored = _stored_source(out)
+    if existing and (stored or {}).get("path") != wanted["path"]:
+        what = f"a watch of {stored['path']}" if stored else "a run that is not a watch"
+        raise UserError(f"{out} already holds {what}; choose a new --out for {source}")
+
+    from monitor.monitor import Monitor
+
+    provenance = {"watched_from": wanted["path"], "format": fmt}
+    mon = Monitor(out, config=None if existing else provenance, resume=existing, **monitor_kw)
+    try:
+        state = mon.store.meta_json(STATE_KEY) or {}
+        pending = {int(k): v for k, v in state.get("pending", {}).items()}
+        src = make_source(fmt, source, run, state.get("source"))
+        if not existing:
+            with mon.store.transaction():
+                mon.store.set_meta(SOURCE_KEY, wanted)
+    except BaseException:
+        mon.close()
+        raise
+    return Watcher(mon, src, pending, keep_names)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="minirl watch", description=__doc__.split("\n")[0])
     parser.add_argument("source", help="TensorBoard dir, JSONL file, sqlite:///mlruns.db, W&B run")
@@ -111,50 +150,31 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--dashboard", action="store_true", help="also serve the dashboard")
     parser.add_argument("--dashboard-port", type=int, default=8501)
     args = parser.parse_args(argv)
-
     if args.poll <= 0:
         raise UserError(f"--poll must be > 0 seconds, got {args.poll}")
-    fmt = args.format or guess_format(args.source)
-    if fmt is None:
-        raise UserError(f"cannot tell the format of {args.source}; pass --format "
-                        f"{'|'.join(FORMATS)}")  # fmt: skip
-    if fmt != "mlflow" and not Path(args.source).exists() and fmt != "jsonl":
-        raise UserError(f"no such file or directory: {args.source}")
-    wanted = describe(fmt, args.source, args.run)
-    existing, stored = _stored_source(args.out)
-    if existing and (stored or {}).get("path") != wanted["path"]:
-        what = f"a watch of {stored['path']}" if stored else "a run that is not a watch"
-        raise UserError(f"{args.out} already holds {what}; choose a new --out for {args.source}")
 
-    from monitor.monitor import Monitor
-
-    run_name = args.out.resolve().name
-    provenance = {"watched_from": wanted["path"], "format": fmt}
-    mon = Monitor(args.out, config=None if existing else provenance, resume=existing,
-                  prometheus_port=args.prometheus_port,
-                  notifier=_notifier(args.webhook, args.webhook_format, run_name))  # fmt: skip
-    dashboard = None
+    notifier = _notifier(args.webhook, args.webhook_format, args.out.resolve().name)
     try:
-        state = mon.store.meta_json(STATE_KEY) or {}
-        pending = {int(k): v for k, v in state.get("pending", {}).items()}
-        source = make_source(fmt, args.source, args.run, state.get("source"))
-        if not existing:
-            with mon.store.transaction():
-                mon.store.set_meta(SOURCE_KEY, wanted)
-        watcher = Watcher(mon, source, pending, args.keep_names, on_alert=_print_alert)
-        where = f"from step {mon.last_step() + 1}" if mon.last_step() is not None else ""
-        print(f"minirl watch: following {args.source} ({fmt}) into {args.out} {where}".rstrip(),
-              flush=True)  # fmt: skip
+        watcher = open_watch(args.source, args.out, args.format, args.run, args.keep_names,
+                             prometheus_port=args.prometheus_port, notifier=notifier)  # fmt: skip
+    except BaseException:
+        if notifier is not None:
+            notifier.close()
+        raise
+    watcher.on_alert = _print_alert
+    mon, dashboard = watcher.mon, None
+    try:
+        last = mon.last_step()
+        where = f" from step {last + 1}" if last is not None else ""
+        print(f"minirl watch: following {args.source} into {args.out}{where}", flush=True)
         if args.dashboard:
             dashboard = _start_dashboard(args.out.resolve().parent, args.dashboard_port)
-        try:
-            if args.once:
-                watcher.drain()
-            else:
-                _follow(watcher, args.poll)
-        finally:
-            source.close()
+        if args.once:
+            watcher.drain()
+        else:
+            _follow(watcher, args.poll)
     finally:
+        watcher.source.close()
         mon.close()
         if dashboard is not None:
             dashboard.terminate()

@@ -71,8 +71,7 @@ class FileCursor:
     def advance(self, n: int) -> None:
         """The caller consumed `n` bytes from the offset."""
         if self.offset < HEAD and n:
-            self._fh.seek(0)
-            first = self._fh.read(HEAD)
+            first = os.pread(self._fh.fileno(), HEAD, 0)
             self.head_len, self.head = len(first), _head_hash(first)
         self.offset += n
 
@@ -96,7 +95,7 @@ class FileCursor:
             if target == self.path:
                 self._reset()
         try:
-            self._fh = open(target, "rb")  # noqa: SIM115 (held open across reads: rotation)
+            self._fh = open(target, "rb", buffering=0)  # noqa: SIM115 (held open: rotation)
         except OSError:
             return False
         ino = os.fstat(self._fh.fileno()).st_ino
@@ -121,8 +120,7 @@ class FileCursor:
     def _same_head(self) -> bool:
         if not self.head_len:
             return True
-        self._fh.seek(0)
-        return _head_hash(self._fh.read(self.head_len)) == self.head
+        return _head_hash(os.pread(self._fh.fileno(), self.head_len, 0)) == self.head
 
     def _reset(self) -> None:
         if self.offset or self.head_len:
@@ -130,8 +128,12 @@ class FileCursor:
         self.offset, self.head_len, self.head = 0, 0, ""
 
     def _read_fh(self) -> bytes:
-        self._fh.seek(self.offset)
-        return self._fh.read(MAX_READ)
+        """Unbuffered positional reads: a buffered reader could serve stale bytes."""
+        fd = self._fh.fileno()
+        size = os.fstat(fd).st_size
+        if size <= self.offset:
+            return b""
+        return os.pread(fd, min(size - self.offset, MAX_READ), self.offset)
 
     def _close(self) -> None:
         if self._fh is not None:

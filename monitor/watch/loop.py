@@ -63,6 +63,7 @@ class Watcher:
         self.pending: dict[int, dict[str, float]] = dict(pending or {})
         self.counts = Counts()
         self.on_alert = on_alert
+        self._last: tuple[int | None, set[str]] = (None, set())
 
     def state(self) -> dict[str, Any]:
         pending = {str(step): row for step, row in sorted(self.pending.items())}
@@ -101,7 +102,15 @@ class Watcher:
         c.non_numeric += parsed.non_numeric
         c.examples += parsed.examples[: max(0, MAX_EXAMPLES - len(c.examples))]
 
+    def _held(self, step: int) -> set[str]:
+        """Names already stored at `step`, the last stored step (read once, then tracked)."""
+        if self._last[0] != step:
+            rows = self.mon.store.recent_scalars(step)
+            self._last = (step, set(rows[0][1]) if rows else set())
+        return self._last[1]
+
     def _store(self, steps: list[int]) -> int:
+        """Store `steps` from pending; a stored (step, name) is never written again."""
         stored = 0
         last = self.mon.last_step()
         for first in range(0, len(steps), BATCH_STEPS):
@@ -109,12 +118,18 @@ class Watcher:
             with self.mon.store.transaction():
                 for step in steps[first : first + BATCH_STEPS]:
                     row = self.pending.pop(step)
-                    if last is not None and step < last:
-                        self.counts.late += len(row)
-                        continue
                     if not self.keep_names:
                         row = rename(row, self.counts.renamed)
+                    if last is not None and step <= last:
+                        held = self._held(last) if step == last else row.keys()
+                        new = {name: v for name, v in row.items() if name not in held}
+                        self.counts.late += len(row) - len(new)
+                        if not new:
+                            continue
+                        row = new
                     alerts += self.mon.log(step, row)
+                    held = self._last[1] if self._last[0] == step else set()
+                    self._last = (step, held | row.keys())
                     last, stored = step, stored + 1
                     self.counts.values += len(row)
                 self.mon.store.set_meta(STATE_KEY, self.state())
