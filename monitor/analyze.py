@@ -39,7 +39,8 @@ from typing import Any
 
 import numpy as np
 
-from monitor.config import DropRule, LevelRule, MonitorConfig
+from monitor.config import MonitorConfig
+from monitor.detectors.config import ChangeRule, DropRule, LevelRule
 from monitor.reader import RunReader
 
 OUTCOME_METRICS = ("reward/acc", "reward/mean", "eval/acc")
@@ -199,7 +200,7 @@ def factor_of(metric: str, config: MonitorConfig) -> str | None:
     """The factor a detector rule assigns to `metric`, else the namespace's."""
     for f in dataclasses.fields(config.detectors):
         rule = getattr(config.detectors, f.name)
-        if isinstance(rule, LevelRule) and rule.metric == metric:
+        if isinstance(rule, ChangeRule | LevelRule) and rule.metric == metric:
             return rule.factor
     return next((fac for pre, fac in _PREFIX_FACTOR.items() if metric.startswith(pre)), None)
 

@@ -27,10 +27,10 @@ from typing import Any, Literal, Protocol
 
 from monitor.actions import apply_to_controls
 from monitor.config import MonitorConfig
-from monitor.detectors import build_detectors
+from monitor.detectors import DetectorSet
 from monitor.errors import UserError
 from monitor.histograms import bin_values, spec_for
-from monitor.records import Action, Alert, AlertDraft, Cleared, Event
+from monitor.records import Action, Alert, Cleared, Event
 from monitor.remediation import RemediationPolicy
 from monitor.store import RunStore
 
@@ -115,7 +115,7 @@ class Monitor:
             kind = "resume" if started else "start"
             self.store.insert_event(last, kind, {"pid": os.getpid()}, time.time())
         self.run_id = self.store.run_id()
-        self.detectors = build_detectors(self.cfg.detectors)
+        self.detectors = DetectorSet(self.cfg.detectors)
         self.policy = RemediationPolicy(self.cfg.remediation) if remediation else None
         if exporter is None and prometheus_port is not None:
             exporter = _prometheus_exporter(Path(run_dir).resolve().name, prometheus_port)
@@ -152,9 +152,7 @@ class Monitor:
             name: bin_values(v, spec_for(name, self.cfg.histograms))
             for name, v in (distributions or {}).items()
         }
-        changes: list[AlertDraft | Cleared] = []
-        for detector in self.detectors:
-            changes += detector.update(step, values)
+        changes = self.detectors.update(step, values)
         now = time.time()
         new: list[Alert] = []
         cleared: list[Alert] = []
@@ -287,7 +285,7 @@ class Monitor:
             self.store.insert_event(
                 step, "truncate", {"after_step": step, "dropped": dropped}, time.time()
             )
-        self.detectors = build_detectors(self.cfg.detectors)
+        self.detectors = DetectorSet(self.cfg.detectors)
         if self.store.last_step() is not None:
             self._replay(self.store.last_step())
         return dropped
@@ -296,8 +294,7 @@ class Monitor:
         """Feed the last stored steps through fresh detectors (alerts discarded), so a
         resumed run keeps its baselines instead of warming up again."""
         for step, values in self.store.recent_scalars(last - self.cfg.resume_replay_steps + 1):
-            for detector in self.detectors:
-                detector.update(step, values)
+            self.detectors.update(step, values)
 
     def close(self) -> None:
         """Record the end of the run (unless it crashed) and close the store. Idempotent."""

@@ -2,15 +2,14 @@
 
 Built from a `MonitorConfig` (the defaults unless told otherwise), so the levels in the
 YAML are the detectors' own and cannot drift from them. Three kinds of rule:
-- one or two per `LevelRule` with absolute levels (`warn_level`, `crit_level`): the same
-  comparison the detector makes (≥ for "high", ≤ for "low"), on `minirl_metric{name=...}`.
-  The warning rule excludes the critical range, so one severity fires at a time, as in
-  the monitor.
+- one per `LevelRule` (an absolute level, info unless the rule says): the same comparison
+  the detector makes (≥ for "high", ≤ for "low"), on `minirl_metric{name=...}`.
 - `MinirlNonFiniteMetric`: any NaN or ±inf scalar, critical under the detector's
   critical prefixes (the `nonfinite` rule).
 - `MinirlMonitorAlert`: any alert the monitor itself holds open (`minirl_alert_open`),
   with its detector, metric, severity and factor labels. The baseline-relative parts of
-  the detectors (robust z on log scale, CUSUM drift, drop from peak) count in steps over
+  the detectors (robust z against the run's own baseline, drop from peak, the joint
+  breakdown rule) count in steps over
   the run's own history, which PromQL's wall-clock windows cannot reproduce; this rule
   forwards them exactly instead of approximating them.
 
@@ -24,7 +23,8 @@ import dataclasses
 import re
 from typing import Any
 
-from monitor.config import LevelRule, MonitorConfig
+from monitor.config import MonitorConfig
+from monitor.detectors.config import LevelRule
 from monitor.prometheus import ALERT_OPEN, METRIC
 
 GROUP = "minirl"
@@ -39,40 +39,26 @@ def _num(value: float) -> str:
     return repr(float(value))
 
 
-def _level_rules(detector: str, rule: LevelRule) -> list[dict[str, Any]]:
+def _level_rule(detector: str, rule: LevelRule) -> dict[str, Any]:
     op = ">=" if rule.direction == "high" else "<="
-    other = "<" if rule.direction == "high" else ">"
-    series = f'{METRIC}{{name="{rule.metric}"}}'
     word = "above" if rule.direction == "high" else "below"
-    out = []
-    tiers = [("critical", rule.crit_level), (rule.severity, rule.warn_level)]
-    for severity, level in tiers:
-        if level is None:
-            continue
-        expr = f"{series} {op} {_num(level)}"
-        if severity != "critical" and rule.crit_level is not None:
-            expr += f" and {series} {other} {_num(rule.crit_level)}"
-        suffix = "Critical" if severity == "critical" else ""
-        out.append(
-            {
-                "alert": f"Minirl{_camel(detector)}{suffix}",
-                "expr": expr,
-                "labels": {
-                    "severity": severity,
-                    "detector": detector,
-                    "factor": rule.factor,
-                    "metric": rule.metric,
-                },
-                "annotations": {
-                    "summary": (
-                        f"{rule.metric} = {{{{ $value }}}} on run {{{{ $labels.run }}}}, "
-                        f"{word} the {severity} level {level:g}"
-                    ),
-                    "remedy": rule.remedy,
-                },
-            }
-        )
-    return out
+    return {
+        "alert": f"Minirl{_camel(detector)}",
+        "expr": f'{METRIC}{{name="{rule.metric}"}} {op} {_num(rule.level)}',
+        "labels": {
+            "severity": rule.severity,
+            "detector": detector,
+            "factor": rule.factor,
+            "metric": rule.metric,
+        },
+        "annotations": {
+            "summary": (
+                f"{rule.metric} = {{{{ $value }}}} on run {{{{ $labels.run }}}}, "
+                f"{word} the {rule.severity} level {rule.level:g}"
+            ),
+            "remedy": rule.remedy,
+        },
+    }
 
 
 def _nonfinite_rules(prefixes: tuple[str, ...]) -> list[dict[str, Any]]:
@@ -107,7 +93,7 @@ def build_rules(config: MonitorConfig | None = None) -> dict[str, Any]:
     for field in dataclasses.fields(config.detectors):
         rule = getattr(config.detectors, field.name)
         if isinstance(rule, LevelRule) and rule.enabled:
-            rules += _level_rules(field.name, rule)
+            rules.append(_level_rule(field.name, rule))
     if config.detectors.nonfinite.enabled:
         rules += _nonfinite_rules(config.detectors.nonfinite.critical_prefixes)
     rules.append(

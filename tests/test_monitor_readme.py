@@ -43,13 +43,13 @@ def test_readme_example_runs_and_alerts(tmp_path, monkeypatch, capsys):
         server.shutdown()
         server.server_close()
     printed = capsys.readouterr().out
-    assert "train_inference_kl" in printed  # the late KL growth was caught
+    assert "mismatch_kl_k1" in printed  # the late KL growth was caught
     with RunReader(tmp_path / "runs" / "grpo-7") as run:
         assert run.last_step() == 199
         names = set(run.metric_names())
         assert {"reward/mean", "policy/entropy", "mismatch/kl_k1", "my/own_metric"} <= names
         alerts = run.alerts()
-        assert any(a.detector == "train_inference_kl" for a in alerts)
+        assert any(a.detector == "mismatch_kl_k1" for a in alerts)
         actions = run.actions()
         assert actions and all(a.status == "rejected" for a in actions)
         assert run.status() == "finished"

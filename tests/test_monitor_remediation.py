@@ -141,12 +141,22 @@ def _healthy_step(i: int, kl: float) -> dict[str, float]:
     return {"mismatch/kl_k1": kl * noise, "reward/mean": 0.5, "optim/grad_norm": noise}
 
 
+def _episode(i: int, *starts: int) -> bool:
+    """The mismatch KL is 500× its level for 10 steps from each start."""
+    return any(s <= i < s + 10 for s in starts)
+
+
 def test_monitor_remediation_is_off_by_default(tmp_path):
     mon = Monitor(tmp_path / "r", controls=CONTROLS)
     alerts = []
     for i in range(60):
-        alerts += mon.log(i, _healthy_step(i, 0.5 if i == 40 else 1e-3))
-    assert [a.detector for a in alerts] == ["train_inference_kl"]
+        alerts += mon.log(i, _healthy_step(i, 0.5 if _episode(i, 40) else 1e-3))
+    # the level is information (step 42: 3 steps ≥ 0.01); the change is a precursor
+    # (the median of the last 3 moves at 41, then 3 in a row: step 43)
+    assert [(a.step, a.detector, a.severity) for a in alerts] == [
+        (42, "mismatch_level", "info"),
+        (43, "mismatch_kl_k1", "warning"),
+    ]
     assert mon.pending_actions() == []
     mon.close()
 
@@ -156,15 +166,14 @@ def test_monitor_loop_acts_applies_and_audits(tmp_path):
     mon = Monitor(tmp_path / "r", controls=CONTROLS, monitor_config=cfg, remediation=True)
     applied = []
     for i in range(200):
-        spike = i in (40, 41, 100, 101, 160, 161)
-        mon.log(i, _healthy_step(i, 0.5 if spike else 1e-3))
+        mon.log(i, _healthy_step(i, 0.5 if _episode(i, 40, 100, 160) else 1e-3))
         for action in mon.pending_actions():  # the trainer's side of the contract
             mon.resolve(action.id, "applied", f"applied at step {i}")
             applied.append((i, action.kind, action.params))
     assert applied == [
-        (40, "set_is_correction", {"enabled": True, "cap": 5.0}),
-        (100, "set_is_policy", {"policy": "token_tis", "cap": 2.5}),
-        (160, "set_is_policy", {"policy": "icepop", "band": [0.5, 5.0]}),
+        (43, "set_is_correction", {"enabled": True, "cap": 5.0}),
+        (103, "set_is_policy", {"policy": "token_tis", "cap": 2.5}),
+        (163, "set_is_policy", {"policy": "icepop", "band": [0.5, 5.0]}),
     ]
     assert mon.controls["is_policy"] == "icepop" and mon.controls["is_band"] == [0.5, 5.0]
     mon.close()
@@ -174,8 +183,8 @@ def test_monitor_loop_acts_applies_and_audits(tmp_path):
         alerts = {a.id: a for a in r.alerts()}
         for a in actions:
             assert a.source == "policy" and a.alert_id in alerts
-            assert alerts[a.alert_id].detector == "train_inference_kl"
-            assert a.reason.startswith("train_inference_kl (critical)")
+            assert alerts[a.alert_id].detector == "mismatch_kl_k1"
+            assert a.reason.startswith("mismatch_kl_k1 (warning)")
         assert r.meta().controls["is_policy"] == "icepop"
 
 
@@ -183,13 +192,13 @@ def test_limits_survive_a_resume(tmp_path):
     cfg = MonitorConfig.from_dict({"remediation": {"max_attempts": 1, "cooldown_steps": 0}})
     mon = Monitor(tmp_path / "r", controls=CONTROLS, monitor_config=cfg, remediation=True)
     for i in range(50):
-        mon.log(i, _healthy_step(i, 0.5 if i == 30 else 1e-3))
+        mon.log(i, _healthy_step(i, 0.5 if _episode(i, 30) else 1e-3))
     (first,) = mon.pending_actions()
     mon.resolve(first.id, "rejected", "the user said no")
     mon.close()
     mon = Monitor(tmp_path / "r", monitor_config=cfg, remediation=True, resume=True)
     for i in range(50, 100):
-        mon.log(i, _healthy_step(i, 0.5 if i == 80 else 1e-3))
+        mon.log(i, _healthy_step(i, 0.5 if _episode(i, 80) else 1e-3))
     assert mon.pending_actions() == []  # the one attempt was used before the resume
     mon.close()
     with RunReader(tmp_path / "r") as r:
@@ -253,11 +262,11 @@ def test_bad_actions_are_one_line_errors(kind, params, msg):
 def test_last_healthy_checkpoint_is_before_the_first_open_alert(tmp_path):
     mon = Monitor(tmp_path / "r", controls=CONTROLS)
     for i in range(100):
-        kl = 0.05 if 60 <= i < 70 else 1e-3  # warning level from 60 (z-critical too)
+        kl = 0.05 if 60 <= i < 70 else 1e-3  # a precursor from 63, calm again from 71
         mon.log(i, {**_healthy_step(i, kl), "x/info": 1.0})
-    assert mon.last_healthy_step([20, 40, 60, 80]) == 80  # the breakdown cleared at 72
+    assert mon.last_healthy_step([20, 40, 60, 80]) == 80  # the precursor cleared at 75
     for i in range(100, 130):
-        mon.log(i, _healthy_step(i, 0.05 if i >= 110 else 1e-3))  # open from 110
-    assert mon.last_healthy_step([20, 40, 100, 110, 120]) == 100
-    assert mon.last_healthy_step([110, 120]) is None
+        mon.log(i, _healthy_step(i, 0.05 if i >= 110 else 1e-3))  # open from 113
+    assert mon.last_healthy_step([20, 40, 100, 110, 113, 120]) == 110
+    assert mon.last_healthy_step([113, 120]) is None
     mon.close()

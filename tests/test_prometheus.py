@@ -24,7 +24,8 @@ import yaml
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from monitor.config import LevelRule, MonitorConfig
+from monitor.config import MonitorConfig
+from monitor.detectors.config import LevelRule
 from monitor.monitor import Monitor
 from monitor.prometheus import PrometheusExporter
 from monitor.records import Alert
@@ -128,9 +129,7 @@ def _level_rules(config: MonitorConfig) -> dict[str, LevelRule]:
         for f in dataclasses.fields(config.detectors)
         if isinstance(getattr(config.detectors, f.name), LevelRule)
         and getattr(config.detectors, f.name).enabled
-        and (getattr(config.detectors, f.name).warn_level is not None
-             or getattr(config.detectors, f.name).crit_level is not None)
-    }  # fmt: skip
+    }
 
 
 def _camel(name: str) -> str:
@@ -163,34 +162,17 @@ def _rule_tests(config: MonitorConfig) -> dict:
     tests = []
     for detector, rule in _level_rules(config).items():
         high = rule.direction == "high"
-        warn, crit = rule.warn_level, rule.crit_level
-        # a healthy value, then each level exactly (≥ / ≤ must fire), then beyond critical
-        healthy = (warn or crit) * (0.5 if high else 2.0)
-        values = [healthy]
-        if warn is not None:
-            values.append(warn)
-        if crit is not None:
-            values += [crit, crit * (2.0 if high else 0.5)]
+        # a healthy value, the level exactly (≥ / ≤ must fire), then beyond it
+        values = [rule.level * (0.5 if high else 2.0), rule.level,
+                  rule.level * (2.0 if high else 0.5)]  # fmt: skip
         series = f'minirl_metric{{run="r1", name="{rule.metric}"}}'
-        checks = []
         name = f"Minirl{_camel(detector)}"
+        checks = []
         for minute, value in enumerate(values):
-            is_crit = crit is not None and (value >= crit if high else value <= crit)
-            is_warn = (
-                not is_crit and warn is not None and (value >= warn if high else value <= warn)
+            exp = [_exp(name, rule.severity, detector, rule, "r1", value, rule.level)]
+            checks.append(
+                {"eval_time": f"{minute}m", "alertname": name, "exp_alerts": exp if minute else []}
             )
-            for alertname, fire, severity, level in (
-                (name + "Critical", is_crit, "critical", crit),
-                (name, is_warn, rule.severity, warn),
-            ):
-                if level is None:
-                    continue
-                exp = (
-                    [_exp(alertname, severity, detector, rule, "r1", value, level)] if fire else []
-                )
-                checks.append(
-                    {"eval_time": f"{minute}m", "alertname": alertname, "exp_alerts": exp}
-                )
         tests.append({
             "interval": "1m",
             "input_series": [{"series": series, "values": " ".join(repr(v) for v in values)}],
@@ -253,19 +235,17 @@ def _rule_tests(config: MonitorConfig) -> dict:
 def test_rules_cover_every_level_rule_with_the_config_levels():
     config = MonitorConfig()
     rules = {r["alert"]: r for r in build_rules(config)["groups"][0]["rules"]}
-    kl = config.detectors.train_inference_kl
-    assert rules["MinirlTrainInferenceKlCritical"]["expr"] == (
-        f'minirl_metric{{name="mismatch/kl_k1"}} >= {float(kl.crit_level)!r}'
+    level = config.detectors.mismatch_level
+    assert rules["MinirlMismatchLevel"]["expr"] == (
+        f'minirl_metric{{name="mismatch/kl_k1"}} >= {float(level.level)!r}'
     )
-    for detector, rule in _level_rules(config).items():
-        if rule.warn_level is not None:
-            assert f"Minirl{_camel(detector)}" in rules
-        if rule.crit_level is not None:
-            assert f"Minirl{_camel(detector)}Critical" in rules
+    assert rules["MinirlMismatchLevel"]["labels"]["severity"] == "info"
+    assert rules["MinirlIsTruncation"]["labels"]["severity"] == "warning"
+    assert {f"Minirl{_camel(d)}" for d in _level_rules(config)} <= set(rules)
     # a changed threshold flows into the rules: they cannot drift from the detectors
-    tuned = MonitorConfig.from_dict({"detectors": {"train_inference_kl": {"crit_level": 0.25}}})
+    tuned = MonitorConfig.from_dict({"detectors": {"mismatch_level": {"level": 0.25}}})
     tuned_rules = {r["alert"]: r for r in build_rules(tuned)["groups"][0]["rules"]}
-    assert tuned_rules["MinirlTrainInferenceKlCritical"]["expr"].endswith(">= 0.25")
+    assert tuned_rules["MinirlMismatchLevel"]["expr"].endswith(">= 0.25")
 
 
 @needs_promtool
@@ -273,7 +253,7 @@ def test_rules_cover_every_level_rule_with_the_config_levels():
 def test_promtool_checks_and_unit_tests_the_rules(tmp_path):
     for config in (
         MonitorConfig(),
-        MonitorConfig.from_dict({"detectors": {"train_inference_kl": {"warn_level": 0.01}}}),
+        MonitorConfig.from_dict({"detectors": {"mismatch_level": {"level": 0.03}}}),
     ):
         (tmp_path / "rules.yml").write_text(rules_yaml(config))
         (tmp_path / "tests.yml").write_text(yaml.safe_dump(_rule_tests(config), sort_keys=False))
@@ -305,13 +285,13 @@ def test_prometheus_rules_cli(tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stdout == rules_yaml()
     config = tmp_path / "run.yaml"
-    config.write_text("monitor:\n  detectors:\n    staleness_kl: {crit_level: 0.5}\n")
+    config.write_text("monitor:\n  detectors:\n    is_truncation: {level: 0.5}\n")
     out = _cli("prometheus-rules", "--config", str(config))
     assert out.returncode == 0, out.stderr
-    assert 'minirl_metric{name="staleness/kl_k3"} >= 0.5\n' in out.stdout
-    config.write_text("monitor:\n  detectors:\n    staleness_kl: {crit_levle: 0.5}\n")
+    assert 'minirl_metric{name="is/trunc_frac"} >= 0.5\n' in out.stdout
+    config.write_text("monitor:\n  detectors:\n    is_truncation: {levle: 0.5}\n")
     out = _cli("prometheus-rules", "--config", str(config))
-    assert out.returncode == 2 and "crit_levle" in out.stderr and "Traceback" not in out.stderr
+    assert out.returncode == 2 and "levle" in out.stderr and "Traceback" not in out.stderr
     out = _cli("prometheus-rules", "--config", str(tmp_path / "missing.yaml"))
     assert out.returncode == 2 and "missing.yaml: no such file" in out.stderr
 
@@ -351,15 +331,18 @@ def test_real_prometheus_scrapes_the_exporter_and_fires_an_alert(tmp_path):
          f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
         stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
-    kl = MonitorConfig().detectors.train_inference_kl
+    level = MonitorConfig().detectors.is_truncation
     mon = Monitor(tmp_path / "run", exporter=exporter)
     try:
-        # a healthy stream through the real Monitor, then the mismatch KL jumps past the
-        # critical level: Prometheus's own rule and the forwarded monitor alert must fire
+        # a healthy stream through the real Monitor, then the share of tokens past the IS
+        # cap jumps past its warning level for `persist` steps: Prometheus's own rule and
+        # the forwarded monitor alert must fire
         for step in range(5):
-            mon.log(step, {"mismatch/kl_k1": 1e-3, "reward/mean": 0.5})
-        assert mon.log(5, {"mismatch/kl_k1": 2 * kl.crit_level, "reward/mean": 0.5})
-        wanted = {"MinirlTrainInferenceKlCritical", "MinirlMonitorAlert"}
+            mon.log(step, {"is/trunc_frac": 1e-4, "reward/mean": 0.5})
+        for step in range(5, 5 + level.persist):
+            alerts = mon.log(step, {"is/trunc_frac": 2 * level.level, "reward/mean": 0.5})
+        assert alerts and alerts[0].severity == "warning"
+        wanted = {"MinirlIsTruncation", "MinirlMonitorAlert"}
         deadline, firing = time.monotonic() + 30, {}
         while time.monotonic() < deadline and set(firing) != wanted:
             time.sleep(0.5)
@@ -370,11 +353,11 @@ def test_real_prometheus_scrapes_the_exporter_and_fires_an_alert(tmp_path):
                 continue  # not up yet
             firing = {a["labels"]["alertname"]: a for a in alerts if a["state"] == "firing"}
         assert set(firing) == wanted, (tmp_path / "prometheus.log").read_text()[-2000:]
-        rule = firing["MinirlTrainInferenceKlCritical"]
-        assert rule["labels"]["run"] == "e2e" and rule["labels"]["severity"] == "critical"
-        assert float(rule["value"]) == 2 * kl.crit_level
+        rule = firing["MinirlIsTruncation"]
+        assert rule["labels"]["run"] == "e2e" and rule["labels"]["severity"] == "warning"
+        assert float(rule["value"]) == 2 * level.level
         forwarded = firing["MinirlMonitorAlert"]["labels"]
-        assert forwarded["detector"] == "train_inference_kl" and forwarded["run"] == "e2e"
+        assert forwarded["detector"] == "is_truncation" and forwarded["run"] == "e2e"
     finally:
         server.terminate()
         server.wait(timeout=10)

@@ -1,41 +1,81 @@
 """Detectors of approximation breakdown and collapse precursors, built from the config.
 
-`build_detectors(DetectorsConfig)` returns one detector per enabled rule, named after
-the config field, in the config's order. The protocol is in base.py.
+`DetectorSet(DetectorsConfig)` holds one detector per enabled rule, named after the
+config field, in the config's order, plus the breakdown detector that reads their alerts.
+`Monitor.log` (live), `minirl analyze` (post hoc) and `minirl bench detection` (replay)
+all call `DetectorSet.update`, so the three cannot disagree. The protocol is in base.py,
+the rules and their defaults in config.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
-from monitor.config import DetectorsConfig, DriftRule, DropRule, LevelRule, NonFiniteRule
 from monitor.detectors.base import Detector
-from monitor.detectors.drift import DriftDetector
+from monitor.detectors.breakdown import BreakdownDetector, outcome_drop
+from monitor.detectors.change import ChangeDetector
+from monitor.detectors.config import (
+    BreakdownRule,
+    ChangeRule,
+    DetectorsConfig,
+    DropRule,
+    LevelRule,
+    NonFiniteRule,
+)
 from monitor.detectors.drop import DropDetector
 from monitor.detectors.level import LevelDetector
 from monitor.detectors.nonfinite import NonFiniteDetector
+from monitor.records import AlertDraft, Cleared
 
 _BY_RULE: dict[type, type] = {
     LevelRule: LevelDetector,
-    DriftRule: DriftDetector,
+    ChangeRule: ChangeDetector,
     DropRule: DropDetector,
     NonFiniteRule: NonFiniteDetector,
 }
 
 
 def build_detectors(config: DetectorsConfig) -> list[Detector]:
-    """One detector per enabled rule of `config`."""
+    """One detector per enabled per-metric rule of `config` (not the breakdown rule)."""
     out: list[Detector] = []
     for f in dataclasses.fields(config):
         rule = getattr(config, f.name)
-        if rule.enabled:
+        if rule.enabled and type(rule) in _BY_RULE:
             out.append(_BY_RULE[type(rule)](f.name, rule))
     return out
 
 
+class DetectorSet:
+    """Every detector of a config, run in order on each step's scalars."""
+
+    def __init__(self, config: DetectorsConfig) -> None:
+        self.detectors = build_detectors(config)
+        rule: BreakdownRule = config.breakdown
+        self.breakdown = BreakdownDetector(rule) if rule.enabled else None
+        self._drops = [d for d in self.detectors if isinstance(d, DropDetector)]
+
+    @property
+    def names(self) -> list[str]:
+        return [d.name for d in self.detectors] + (["breakdown"] if self.breakdown else [])
+
+    def update(self, step: int, scalars: Mapping[str, float]) -> list[AlertDraft | Cleared]:
+        """The alert changes of this step: each detector's, then the breakdown's."""
+        changes: list[AlertDraft | Cleared] = []
+        for detector in self.detectors:
+            changes += detector.update(step, scalars)
+        if self.breakdown is not None:
+            drops = {d.rule.metric: d.drop for d in self._drops}
+            drop = outcome_drop(drops, self.breakdown.rule.outcome)
+            changes += self.breakdown.update(step, changes, drop)
+        return changes
+
+
 __all__ = [
+    "BreakdownDetector",
+    "ChangeDetector",
     "Detector",
-    "DriftDetector",
+    "DetectorSet",
     "DropDetector",
     "LevelDetector",
     "NonFiniteDetector",

@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from monitor.config import DropRule
 from monitor.detectors.base import Gate, fmt
+from monitor.detectors.config import DropRule
 from monitor.records import AlertDraft, Cleared, Severity
 
 
@@ -25,6 +25,9 @@ class DropDetector:
         self._peak = -math.inf
         self._peak_step = 0
         self._gate = Gate(cooldown=rule.cooldown)
+        self.drop = 0.0
+        """The share of the gain lost so far (0 before the peak is tracked): the outcome
+        evidence the breakdown rule reads."""
 
     def update(self, step: int, scalars: Mapping[str, float]) -> list[AlertDraft | Cleared]:
         r = self.rule
@@ -40,10 +43,12 @@ class DropDetector:
         gain = self._peak - r.zero
         if gain < r.min_peak_gain:
             return []
-        drop = (self._peak - self._ewma) / gain
-        severity: Severity | None = (
-            "critical" if drop >= r.crit_drop else "warning" if drop >= r.warn_drop else None
-        )
+        drop = self.drop = (self._peak - self._ewma) / gain
+        severity: Severity | None = None
+        if drop >= r.crit_drop:
+            severity = "critical"
+        elif r.warn_drop is not None and drop >= r.warn_drop:
+            severity = "warning"
         if severity is not None:
             return [self._draft(x, drop, severity)] if self._gate.fire(step, severity) else []
         if self._gate.open and drop < r.clear_drop and self._gate.calm(step):

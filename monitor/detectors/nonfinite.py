@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from monitor.config import NonFiniteRule
+from monitor.detectors.config import NonFiniteRule
 from monitor.records import AlertDraft, Cleared, Factor
 
 _FACTOR_BY_PREFIX: dict[str, Factor] = {

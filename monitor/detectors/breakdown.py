@@ -1,0 +1,84 @@
+"""Breakdown detector: the critical alert, raised on joint evidence, blaming what moved first.
+
+One precursor is a warning: a single signal moves in healthy runs too. A breakdown is
+several signals moving at once, or a precursor followed by the outcome falling. This
+detector reads the other detectors' alert changes (not the raw stream), so it cannot
+disagree with them: it keeps the precursor alerts that are open, and when they add up it
+raises one critical alert naming the factor of the precursor that opened first — the
+factor the remediation policy fixes — with the numbers of each signal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from monitor.detectors.base import Gate, fmt
+from monitor.detectors.config import R_COLLAPSE, BreakdownRule
+from monitor.records import AlertDraft, Cleared
+
+
+class BreakdownDetector:
+    """`BreakdownRule` over the precursor alerts of the other detectors."""
+
+    name = "breakdown"
+
+    def __init__(self, rule: BreakdownRule) -> None:
+        self.rule = rule
+        self.open: dict[tuple[str, str], tuple[int, AlertDraft]] = {}
+        """(detector, metric) -> (step opened, alert) of every open precursor."""
+        self._gate = Gate()
+
+    def update(
+        self, step: int, changes: Sequence[AlertDraft | Cleared], outcome_drop: float
+    ) -> list[AlertDraft | Cleared]:
+        """This step's alert changes of the other detectors, and the largest share of
+        gain the outcome metrics have lost (0 when not falling)."""
+        r = self.rule
+        for c in changes:
+            key = (c.detector, c.metric)
+            if isinstance(c, Cleared):
+                self.open.pop(key, None)
+            elif c.severity == "warning" and c.factor != "outcome" and key not in self.open:
+                self.open[key] = (step, c)
+        recent = sorted(
+            ((opened, a) for opened, a in self.open.values() if step - opened < r.horizon),
+            key=lambda pair: pair[0],
+        )
+        metrics = {a.metric for _, a in recent}
+        joint = len(metrics) >= r.min_signals
+        falling = len(metrics) >= 1 and outcome_drop >= r.outcome_drop
+        if joint or falling:
+            if self._gate.fire(step, "critical"):
+                return [self._draft(recent, outcome_drop)]
+            return []
+        if self._gate.open and not self.open and self._gate.calm(step):
+            return [Cleared(self.name, "precursors")]
+        return []
+
+    def _draft(self, recent: list[tuple[int, AlertDraft]], drop: float) -> AlertDraft:
+        first_step, first = recent[0]
+        signals = "; ".join(
+            f"{a.metric} {fmt(a.value)} vs baseline {fmt(a.baseline)} (step {s})" for s, a in recent
+        )
+        why = f"{len(recent)} precursors open"
+        if drop >= self.rule.outcome_drop:
+            why += f" and the outcome has lost {drop:.0%} of its gain"
+        return AlertDraft(
+            detector=self.name,
+            severity="critical",
+            metric="precursors",
+            value=float(len(recent)),
+            baseline=first.baseline,
+            window=first.window,
+            factor=first.factor,
+            message=(
+                f"breakdown under way: {why}; {first.factor} moved first ({first.detector} "
+                f"at step {first_step}). Signals: {signals}"
+            ),
+            remedy=R_COLLAPSE,
+        )
+
+
+def outcome_drop(drops: Mapping[str, float], outcome: Sequence[str]) -> float:
+    """The largest lost share of gain among the outcome metrics."""
+    return max((drops.get(m, 0.0) for m in outcome), default=0.0)

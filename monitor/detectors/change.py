@@ -1,0 +1,109 @@
+"""Change detector: a metric moving against the run's own baseline — the precursor test.
+
+What precedes a collapse, in our lab and in public logs of other trainers, is change: the
+effective sample size falling, ratio tails and clip fractions rising, the gradient norm
+climbing, entropy sliding, the mismatch growing against the run's own earlier level. A
+constant level, however large, is not change. The baseline is robust (median/MAD) and
+learned after warm-up, it lags the present by `gap` points so a rise is not absorbed as it
+happens, and it freezes while the rule holds, so a breakdown cannot become its own
+reference. See `ChangeRule` for the exact test.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Mapping
+
+from monitor.detectors.base import Gate, fmt, median, robust_z
+from monitor.detectors.config import ChangeRule
+from monitor.records import AlertDraft, Cleared
+
+
+class ChangeDetector:
+    """One `ChangeRule` on one metric."""
+
+    def __init__(self, name: str, rule: ChangeRule) -> None:
+        self.name, self.rule = name, rule
+        self._n = 0  # finite points seen
+        self._history: deque[float] = deque(maxlen=rule.window + rule.gap)
+        self._recent: deque[float] = deque(maxlen=rule.recent)
+        self._gate = Gate(rule.persist, rule.clear_after, rule.cooldown)
+
+    def _read(self, x: float) -> float:
+        r = self.rule
+        return math.log(max(x, r.floor)) if r.scale == "log" else x
+
+    def _unread(self, v: float) -> float:
+        return math.exp(v) if self.rule.scale == "log" else v
+
+    def score(self) -> tuple[float, float, float, int] | None:
+        """(z, change, baseline median, points) of the recent level, or None while the
+        baseline is too short. change: a factor (log scale) or a difference (linear),
+        positive in the rule's direction."""
+        r = self.rule
+        base = list(self._history)[: max(0, len(self._history) - r.gap)]
+        if len(base) < r.min_baseline:
+            return None
+        sign = 1.0 if r.direction == "up" else -1.0
+        recent = median(list(self._recent))
+        z, med, _ = robust_z(recent, base, r.sigma_floor)
+        moved = sign * (recent - med)
+        change = math.exp(moved) if r.scale == "log" else moved
+        return sign * z, change, med, len(base)
+
+    def update(self, step: int, scalars: Mapping[str, float]) -> list[AlertDraft | Cleared]:
+        r = self.rule
+        x = scalars.get(r.metric)
+        if x is None or not math.isfinite(x):
+            return []
+        self._n += 1
+        v = self._read(x)
+        self._recent.append(v)
+        s = self.score()
+        holds = s is not None and s[0] >= r.z and s[1] >= r.min_change
+        out: list[AlertDraft | Cleared] = []
+        if holds:
+            assert s is not None
+            if self._gate.fire(step, "warning"):
+                out.append(self._draft(step, x, *s))
+            return out  # a holding value never enters the baseline
+        if self._gate.open:
+            if s is not None and s[0] < r.z_clear:
+                if self._gate.calm(step):
+                    out.append(Cleared(self.name, r.metric))
+            else:
+                self._gate.not_calm()
+            return out  # nor does a value seen while the alert is open
+        self._gate.quiet()
+        if self._n > r.warmup:
+            self._history.append(v)
+        return out
+
+    def _draft(
+        self, step: int, x: float, z: float, change: float, med: float, n: int
+    ) -> AlertDraft:
+        r = self.rule
+        base = self._unread(med)
+        recent = self._unread(median(list(self._recent)))
+        verb = "rose" if r.direction == "up" else "fell"
+        if r.scale == "log":
+            size = f"{fmt(change)}× {'above' if r.direction == 'up' else 'below'}"
+        else:
+            size = f"{fmt(change)} {'above' if r.direction == 'up' else 'below'}"
+        return AlertDraft(
+            detector=self.name,
+            severity="warning",
+            metric=r.metric,
+            value=x,
+            baseline=base,
+            window=n,
+            factor=r.factor,
+            message=(
+                f"{r.metric} {verb} to {fmt(recent)} (median of the last {len(self._recent)};"
+                f" now {fmt(x)}), {size} its baseline {fmt(base)} (median of {n} steps "
+                f"before step {step - r.gap}); robust z {z:.1f} ≥ {fmt(r.z)} for "
+                f"{r.persist} steps"
+            ),
+            remedy=r.remedy,
+        )

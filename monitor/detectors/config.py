@@ -1,0 +1,280 @@
+"""The detectors' rules and their defaults: what is watched, in which direction, how hard.
+
+Severities mean something (they are what a user sees and what remediation acts on):
+
+- `info` (`LevelRule`): a level worth showing, e.g. a large training-inference mismatch.
+  Shown on the dashboard and in `minirl analyze`, never paged, never acted on. A mismatch
+  that has been large since step 1 is a setting of the run, not a breakdown.
+- `warning` (`ChangeRule`): a precursor. A factor of the IS weight w_t = ρ_t·r_t
+  (training-inference ρ, staleness r, routing inside either, the first-order residual) or
+  an optimisation signal (gradient norm, entropy, clip and truncation fractions) has moved
+  against the run's *own* baseline, in the direction that precedes collapses, and stayed
+  there. Absolute levels warn only where the theory gives them a meaning (`LevelRule`
+  with severity warning: the share of tokens past the IS cap).
+- `critical`: a breakdown under way. Joint evidence (`BreakdownRule`: several precursors
+  at once, or one with the outcome falling), the outcome itself falling hard
+  (`DropRule`), or non-finite values (`NonFiniteRule`).
+
+The defaults were chosen once on a tuning set of runs (the stability lab's seeds 0-1 and
+incident runs) and frozen; `minirl bench detection` reports them on runs never used for
+tuning, and on public logs of other trainers (bench/results/detection.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from monitor.records import Factor, Severity
+
+Scale = Literal["log", "linear"]
+
+# ---------------------------------------------------------------------------- the remedies
+R_IS = (
+    "turn on token-level IS correction with truncation (TIS, cap 5) if it is off; if it is "
+    "on, tighten the cap or mask tokens outside a band (MIS/IcePop [0.5, 5]); check the "
+    "inference engine's precision and sampler (top-p/top-k/temperature) against training's"
+)
+R_STALE = (
+    "turn clipping on (ε_low 0.2, ε_high 0.27) or tighten ε; use fewer mini-batches per "
+    "rollout (less off-policy); for MoE add routing replay"
+)
+R_ROUTING = (
+    "use routing replay: R2 at ≤ 2 mini-batches per rollout, R3 at ≥ 4; on-policy, "
+    "R3 brings no gain (arXiv 2512.01374)"
+)
+R_APPROX = (
+    "the first-order approximation is failing: turn off length normalisation, keep IS "
+    "correction and clipping on, and reduce off-policy updates (fewer mini-batches)"
+)
+R_OPTIM = (
+    "the optimisation is running away: lower the learning rate (and stop a schedule that "
+    "keeps raising it); if the outcome falls, roll back to the last healthy checkpoint"
+)
+R_COLLAPSE = (
+    "roll back to the last checkpoint before the first precursor, apply the fix for the "
+    "factor that moved first (IS correction, clipping, routing replay, learning rate)"
+)
+
+
+# ---------------------------------------------------------------------------- rule types
+@dataclass(frozen=True)
+class LevelRule:
+    """An absolute level: `metric` ≥ `level` (high) or ≤ `level` (low) for `persist` steps.
+
+    Info by default (a level worth showing). Clears once the value is back beyond
+    level·clear_frac (high) or level/clear_frac (low) for `clear_after` steps.
+    """
+
+    metric: str
+    factor: Factor
+    direction: Literal["high", "low"]
+    level: float
+    remedy: str
+    severity: Severity = "info"
+    persist: int = 3
+    clear_frac: float = 0.8
+    clear_after: int = 5
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
+class ChangeRule:
+    """A move against the run's own baseline: the precursor test (warning).
+
+    Values are read on `scale` (log: log(max(x, floor)), for positive quantities that
+    vary over decades; linear: x). The baseline at step t is the median and MAD of the
+    values of the `window` logged points before the last `gap` ones, counting only
+    points logged after `warmup` (the first steps of RL move a lot by design) and not
+    while an alert of this rule was open. With at least `min_baseline` such points, the
+    recent level is the median of the last `recent` values, and its score is
+
+        z = sign · (recent − median) / max(1.4826·MAD, sigma_floor),
+
+    sign = +1 for `up`, −1 for `down`. The rule holds when z ≥ `z` and the move is at
+    least `min_change` (log scale: a factor e.g. 2 = doubled/halved; linear: an absolute
+    difference); it fires after holding for `persist` consecutive points, and clears after
+    `clear_after` points with z < `z_clear`. `cooldown` points pass before it refires.
+    """
+
+    metric: str
+    factor: Factor
+    direction: Literal["up", "down"]
+    remedy: str
+    scale: Scale = "log"
+    floor: float = 1e-8
+    """Log scale: values below this count as this (changes beneath the noise floor of
+    the metric are not changes)."""
+    warmup: int = 10
+    window: int = 40
+    gap: int = 3
+    min_baseline: int = 15
+    recent: int = 3
+    z: float = 6.0
+    min_change: float = 2.0
+    sigma_floor: float = 0.1
+    """Smallest baseline spread (log: 0.1 ≈ 10 %), so that flat streams do not alert on
+    a wobble."""
+    persist: int = 3
+    z_clear: float = 3.0
+    clear_after: int = 5
+    cooldown: int = 20
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
+class DropRule:
+    """An outcome (reward, held-out accuracy) falling from its peak.
+
+    drop = (peak − ewma) / (peak − zero), peak = running max of the EWMA after warm-up:
+    the share of the gain over a know-nothing policy that has been lost. Higher is better.
+    """
+
+    metric: str
+    remedy: str
+    ewma_alpha: float = 0.1
+    """Smoothing of the noisy per-step outcome (1.0 = none)."""
+    warmup: int = 20
+    """Observations before the peak is tracked."""
+    zero: float = 0.0
+    """The outcome of a policy that learned nothing (0 for 0/1 rewards)."""
+    min_peak_gain: float = 0.05
+    """The peak must exceed `zero` by this much: no collapse from nothing."""
+    warn_drop: float | None = None
+    """Drop that raises a warning (None: the outcome only takes part in the breakdown
+    rule, which is where a falling outcome becomes evidence)."""
+    crit_drop: float = 0.5
+    clear_drop: float = 0.15
+    """Hysteresis: the alert clears once the drop is back below this."""
+    cooldown: int = 50
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
+class BreakdownRule:
+    """Critical: joint evidence that the approximation or the optimisation is breaking.
+
+    Fires when, among the precursor (warning) alerts opened in the last `horizon` steps
+    and still open, there are at least `min_signals` distinct metrics, or at least one
+    and the outcome (`outcome` metrics, smoothed as the drop rules do) has lost at least
+    `outcome_drop` of its gain. The alert blames the factor of the precursor that opened
+    first, with the numbers of each. Clears when no precursor is open.
+    """
+
+    min_signals: int = 3
+    outcome_drop: float = 0.25
+    horizon: int = 30
+    outcome: tuple[str, ...] = ("reward/mean", "eval/acc")
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
+class NonFiniteRule:
+    """Any NaN or ±inf scalar. Open per metric until the metric is finite again."""
+
+    critical_prefixes: tuple[str, ...] = ("optim/", "is/", "approx/", "policy/", "reward/")
+    """Metrics under these prefixes are critical when non-finite; others are warnings."""
+    enabled: bool = True
+
+
+# ---------------------------------------------------------------------------- the defaults
+@dataclass(frozen=True)
+class DetectorsConfig:
+    """One rule per detector; the field name is the detector's name in alerts."""
+
+    # --- info: levels worth showing (the theory's orders of magnitude)
+    mismatch_level: LevelRule = LevelRule("mismatch/kl_k1", "train_inference", "high", 1e-2, R_IS)
+    """KL(μ_old‖π_old) ≥ 0.01: a large training-inference mismatch (bf16 ≈ 1e-3)."""
+    ess_level: LevelRule = LevelRule("mismatch/ess", "train_inference", "low", 0.5, R_IS)
+    """Normalised ESS (Σw)²/(n·Σw²) ≤ 0.5: half the tokens carry the batch."""
+    routing_level: LevelRule = LevelRule(
+        "routing/mismatch_train_infer", "routing", "high", 0.05, R_ROUTING
+    )
+    """≥ 5 % of (token, layer) expert sets differ between the engines."""
+    residual_level: LevelRule = LevelRule(
+        "approx/seq_residual", "approximation", "high", 0.2, R_APPROX
+    )
+    """|Π w − (1 + Σ(w − 1))| ≥ 0.2: the first-order approximation drops a lot."""
+    # --- warning by level, where the level has a meaning of its own
+    is_truncation: LevelRule = LevelRule(
+        "is/trunc_frac", "train_inference", "high", 0.05, R_IS, severity="warning"
+    )
+    """≥ 5 % of tokens past the IS cap: the correction is discarding the batch."""
+    # --- warning: precursors, change against the run's own baseline
+    mismatch_kl: ChangeRule = ChangeRule(
+        "mismatch/kl_k3", "train_inference", "up", R_IS, floor=1e-5
+    )
+    """Training-inference KL (k3 ≥ 0; verl's rollout_corr/k3_kl, prime-rl's mismatch_kl)."""
+    mismatch_kl_k1: ChangeRule = ChangeRule(
+        "mismatch/kl_k1", "train_inference", "up", R_IS, floor=1e-5
+    )
+    """The same, k1 (verl's rollout_corr/kl; ours): for runs that log only k1."""
+    mismatch_logprob_diff: ChangeRule = ChangeRule(
+        "mismatch/logprob_abs_diff", "train_inference", "up", R_IS, floor=1e-4
+    )
+    """Mean |log π_old − log μ_old| (TRL's sampling_logp_difference, slime's)."""
+    mismatch_ess: ChangeRule = ChangeRule(
+        "mismatch/ess", "train_inference", "down", R_IS, min_change=1.25
+    )
+    """The IS weights' effective sample size falling: fewer tokens carry the update."""
+    mismatch_chi2: ChangeRule = ChangeRule(
+        "mismatch/chi2_token", "train_inference", "up", R_IS, floor=1e-4
+    )
+    """χ² of token weights E[(ρ−1)²]: the variance the IS correction pays."""
+    staleness_kl: ChangeRule = ChangeRule("staleness/kl_k3", "staleness", "up", R_STALE, floor=1e-4)
+    """KL(π_old‖π_θ) across the mini-batches (0 on-policy)."""
+    staleness_kl_k1: ChangeRule = ChangeRule(
+        "staleness/kl_k1", "staleness", "up", R_STALE, floor=1e-4
+    )
+    """The same, k1 (verl's and slime's ppo_kl)."""
+    clip_frac: ChangeRule = ChangeRule(
+        "staleness/mask_frac", "staleness", "up", R_STALE, floor=1e-3
+    )
+    """Share of tokens masked by the clip rule (verl's pg_clipfrac, TRL's clip_ratio)."""
+    routing_train_infer: ChangeRule = ChangeRule(
+        "routing/mismatch_train_infer", "routing", "up", R_ROUTING, floor=1e-3
+    )
+    """Share of (token, layer) expert sets differing, training vs inference engine."""
+    routing_stale: ChangeRule = ChangeRule(
+        "routing/mismatch_stale", "routing", "up", R_ROUTING, floor=1e-3
+    )
+    """The same across mini-batches, π_θ vs π_old (off-policy only)."""
+    approx_residual: ChangeRule = ChangeRule(
+        "approx/seq_residual", "approximation", "up", R_APPROX, floor=1e-3
+    )
+    """The first-order residual growing against its own level."""
+    grad_norm: ChangeRule = ChangeRule(
+        "optim/grad_norm", "optimisation", "up", R_OPTIM, min_change=3.0
+    )
+    """Gradient norm climbing to ≥ 3× its baseline."""
+    entropy_drop: ChangeRule = ChangeRule(
+        "policy/entropy", "optimisation", "down", R_OPTIM, floor=1e-4, min_change=2.0
+    )
+    """Entropy falling to half its baseline or less (the paper's no-IS collapse)."""
+    entropy_rise: ChangeRule = ChangeRule(
+        "policy/entropy", "optimisation", "up", R_OPTIM, floor=1e-4, min_change=2.0
+    )
+    """Entropy doubling: the policy dissolving into noise."""
+    length_rise: ChangeRule = ChangeRule(
+        "response/len_mean", "optimisation", "up", R_OPTIM, floor=1.0, min_change=1.5
+    )
+    """Mean response length ≥ 1.5× its baseline (runaway generations)."""
+    # --- critical
+    breakdown: BreakdownRule = BreakdownRule()
+    """Joint evidence: several precursors at once, or one with the outcome falling."""
+    reward_collapse: DropRule = DropRule("reward/mean", R_COLLAPSE)
+    """Smoothed training reward lost half of its gain: the collapse itself."""
+    eval_collapse: DropRule = DropRule("eval/acc", R_COLLAPSE, ewma_alpha=0.5, warmup=3)
+    """Held-out accuracy lost half of its gain."""
+    nonfinite: NonFiniteRule = NonFiniteRule()
+    """NaN/inf in any scalar (loss, gradients, weights...)."""
+
+
+__all__ = [
+    "BreakdownRule",
+    "ChangeRule",
+    "DetectorsConfig",
+    "DropRule",
+    "LevelRule",
+    "NonFiniteRule",
+]
