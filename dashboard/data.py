@@ -55,6 +55,17 @@ def find_runs(runs_dir: Path) -> list[RunEntry]:
     return out
 
 
+def source_label(meta: RunMeta) -> str:
+    """Where a run's steps come from: "minirl" (logged in-process), "watch · tensorboard ·
+    /logs/x" (followed by `minirl watch`), or "import · jsonl · /logs/x.jsonl"."""
+    src = meta.source
+    if src:
+        return f"{src.get('kind', 'watch')} · {src.get('format', '?')} · {src.get('path', '')}"
+    if "imported_from" in meta.config:
+        return f"import · {meta.config.get('format', '?')} · {meta.config['imported_from']}"
+    return "minirl"
+
+
 def summarize(path: str) -> RunSummary:
     """The current summary of one run (re-read on every refresh)."""
     with RunReader(path) as reader:

@@ -13,7 +13,7 @@ import math
 
 import streamlit as st
 
-from dashboard.data import RunEntry, fingerprint, last_values, load_records
+from dashboard.data import RunEntry, fingerprint, last_values, load_records, source_label
 from dashboard.marks import health
 from dashboard.ui import HEALTH_BADGE, STATUS_BADGE, guard, links, runs_or_stop, settings
 from monitor.errors import UserError
@@ -49,6 +49,7 @@ def _row(run: RunEntry) -> dict[str, object]:
         "alerts": s.n_alerts,
         "pending actions": s.n_pending_actions,
         "started": started,
+        "source": source_label(records.meta),
         "detail": "",
     }
 

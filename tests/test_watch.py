@@ -255,3 +255,27 @@ def test_user_errors_are_one_line(tmp_path, capsys):
         assert main(argv) != 0
         err = capsys.readouterr().err
         assert message in err and "Traceback" not in err
+
+
+def test_dashboard_marks_watched_runs_with_their_source(tmp_path, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    from dashboard.settings import ENV_HOST, ENV_RUNS_DIR, ENV_TOKEN
+    from monitor.monitor import Monitor
+
+    runs = tmp_path / "runs"
+    log = tmp_path / "train.jsonl"
+    write_jsonl(log, range(5))
+    assert main(["watch", str(log), "--out", str(runs / "watched"), "--once"]) == 0
+    with Monitor(runs / "ours") as mon:
+        mon.log(0, {"reward/mean": 0.5})
+    monkeypatch.setenv(ENV_RUNS_DIR, str(runs))
+    monkeypatch.setenv(ENV_HOST, "127.0.0.1")
+    monkeypatch.delenv(ENV_TOKEN, raising=False)
+    app = ROOT / "dashboard" / "app.py"
+    at = AppTest.from_file(str(app), default_timeout=60).run()
+    assert not at.exception, [e.value for e in at.exception]
+    rows = {r["run"]: r for r in at.dataframe[0].value.to_dict("records")}
+    assert rows["watched"]["source"] == f"watch · jsonl · {log.resolve()}"
+    assert rows["watched"]["last step"] == "4"
+    assert rows["ours"]["source"] == "minirl"
