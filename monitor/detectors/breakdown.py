@@ -44,9 +44,9 @@ class BreakdownDetector:
             ((opened, a) for opened, a in self.open.values() if step - opened < r.horizon),
             key=lambda pair: pair[0],
         )
-        metrics = {a.metric for _, a in recent}
-        joint = len(metrics) >= r.min_signals
-        falling = len(metrics) >= 1 and outcome_drop >= r.outcome_drop
+        signals = {_quantity(a.metric) for _, a in recent}
+        joint = len(signals) >= r.min_signals
+        falling = len(signals) >= 1 and outcome_drop >= r.outcome_drop
         if joint or falling:
             if self._gate.fire(step, "critical"):
                 return [self._draft(recent, outcome_drop)]
@@ -56,10 +56,12 @@ class BreakdownDetector:
         return []
 
     def _draft(self, recent: list[tuple[int, AlertDraft]], drop: float) -> AlertDraft:
-        first_step, first = recent[0]
+        causes = [(s, a) for s, a in recent if a.metric in self.rule.causes]
+        first_step, first = (causes or recent)[0]
         signals = "; ".join(
             f"{a.metric} {fmt(a.value)} vs baseline {fmt(a.baseline)} (step {s})" for s, a in recent
         )
+        blame = "is the cause" if causes else "moved first"
         why = f"{len(recent)} precursors open"
         if drop >= self.rule.outcome_drop:
             why += f" and the outcome has lost {drop:.0%} of its gain"
@@ -72,11 +74,20 @@ class BreakdownDetector:
             window=first.window,
             factor=first.factor,
             message=(
-                f"breakdown under way: {why}; {first.factor} moved first ({first.detector} "
+                f"breakdown under way: {why}; {first.factor} {blame} ({first.detector} "
                 f"at step {first_step}). Signals: {signals}"
             ),
             remedy=R_COLLAPSE,
         )
+
+
+def _quantity(metric: str) -> str:
+    """One signal per quantity: k1 and k3 estimates of the same KL are one piece of
+    evidence, not two."""
+    for suffix in ("_k1", "_k2", "_k3"):
+        if metric.endswith(suffix):
+            return metric[: -len(suffix)]
+    return metric
 
 
 def outcome_drop(drops: Mapping[str, float], outcome: Sequence[str]) -> float:

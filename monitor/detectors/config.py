@@ -155,12 +155,18 @@ class BreakdownRule:
     """Critical: joint evidence that the approximation or the optimisation is breaking.
 
     Fires when, among the precursor (warning) alerts opened in the last `horizon` steps
-    and still open, there are at least `min_signals` distinct metrics, or at least one
+    and still open, there are at least `min_signals` distinct quantities (k1 and k3 of one
+    KL count once), or at least one
     and the outcome (`outcome` metrics, smoothed as the drop rules do) has lost at least
     `outcome_drop` of its gain. The alert blames the factor of the precursor that opened
-    first, with the numbers of each. Clears when no precursor is open.
+    first (or of an open precursor on a setting, see `causes`), with the numbers of each.
+    Clears when no precursor is open.
     """
 
+    causes: tuple[str, ...] = ("optim/lr",)
+    """Metrics that are settings of the run rather than symptoms: when one of them is among
+    the open precursors it is blamed, whatever moved first (a rising learning rate shows
+    up as staleness one update later, but lowering it is the fix)."""
     min_signals: int = 3
     outcome_drop: float = 0.25
     horizon: int = 30
@@ -259,6 +265,11 @@ class DetectorsConfig:
         "response/len_mean", "optimisation", "up", R_OPTIM, floor=1.0, min_change=1.5
     )
     """Mean response length ≥ 1.5× its baseline (runaway generations)."""
+    lr_rise: ChangeRule = ChangeRule(
+        "optim/lr", "optimisation", "up", R_OPTIM, sigma_floor=0.01, min_change=1.5
+    )
+    """The learning rate ≥ 1.5× its level after warm-up: a schedule that keeps raising it
+    (the lr is deterministic, so its spread floor is 1 %)."""
     # --- critical
     breakdown: BreakdownRule = BreakdownRule()
     """Joint evidence: several precursors at once, or one with the outcome falling."""
