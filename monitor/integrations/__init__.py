@@ -1,0 +1,23 @@
+"""Adapters that plug the monitor into other trainers in-process: a TRL / Hugging Face
+`TrainerCallback` (trl.py) and a verl tracking backend (verl.py). Each imports its
+trainer's package only when used, so the monitor's core install stays torch-free."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def numeric_logs(logs: Mapping[str, Any]) -> dict[str, float]:
+    """The numbers of a trainer's log dict: ints, floats, 0-d tensors and numpy scalars
+    (through `.item()`); strings, lists and flags are dropped."""
+    out = {}
+    for name, value in logs.items():
+        if not isinstance(value, int | float) and hasattr(value, "item"):
+            try:
+                value = value.item()
+            except (TypeError, ValueError, RuntimeError):  # not a one-element array
+                continue
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            out[str(name)] = float(value)
+    return out

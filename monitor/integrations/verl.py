@@ -1,0 +1,98 @@
+"""verl: a `minirl` tracking backend, so that `trainer.logger=[console,minirl]` stores every
+step of a verl run through `Monitor` (store, detectors, alerts) in-process.
+
+verl's `Tracking` (verl/utils/tracking.py) accepts only the backends of its fixed class
+attribute `supported_backend`; `register()` adds "minirl" to it and wraps `__init__` and
+`finish` to create and close a `MinirlLogger`. It must run in the process that builds
+`Tracking`: in verl's PPO entry point that is a Ray actor (TaskRunner), so pass it as
+Ray's worker setup hook:
+
+    HOOK=+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook
+    python -m verl.trainer.main_ppo ... trainer.logger='[console,minirl]' \\
+      $HOOK=monitor.integrations.verl.register \\
+      +ray_kwargs.ray_init.runtime_env.env_vars.MINIRL_RUN_DIR=/abs/path/runs/my-run
+
+The run directory is $MINIRL_RUN_DIR, else runs/<project>/<experiment> under the current
+directory. No Ray or GPU needed to use `MinirlLogger` itself. The simpler route, with no
+code in verl's process at all, is `trainer.logger='[console,tensorboard]'` followed by
+`minirl watch` on its TensorBoard directory (README).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from monitor.import_cli import rename
+from monitor.integrations import numeric_logs
+from monitor.schema import store_path
+
+BACKEND = "minirl"
+RUN_DIR_ENV = "MINIRL_RUN_DIR"
+log = logging.getLogger("minirl.monitor")
+
+
+class MinirlLogger:
+    """A verl tracking backend: `log(data, step)` and `finish()`, as verl calls them."""
+
+    def __init__(
+        self,
+        project_name: str,
+        experiment_name: str,
+        config: Any = None,
+        run_dir: str | os.PathLike[str] | None = None,
+        **monitor_kw: Any,
+    ) -> None:
+        from monitor.monitor import Monitor
+
+        run_dir = run_dir or os.environ.get(RUN_DIR_ENV) or Path("runs", project_name,
+                                                                 experiment_name)  # fmt: skip
+        existing = store_path(run_dir).is_file()
+        meta = {"trainer": "verl", "project": project_name, "experiment": experiment_name}
+        self.mon = Monitor(run_dir, config={**meta, "verl": config or {}}, resume=existing,
+                           **monitor_kw)  # fmt: skip
+        self.renamed: dict[str, str] = {}
+        self._first = True
+
+    def log(self, data: dict[str, Any], step: int) -> None:
+        row = rename(numeric_logs(data), self.renamed)
+        try:
+            last = self.mon.last_step()
+            if self._first and last is not None and step <= last:  # resumed from a checkpoint
+                self.mon.truncate_after(step - 1)
+            self._first = False
+            for alert in self.mon.log(int(step), row):
+                log.warning("minirl step %d: %s %s: %s", alert.step, alert.severity,
+                            alert.detector, alert.message)  # fmt: skip
+        except Exception as err:  # monitoring must not stop training
+            log.warning("minirl monitor could not log step %s: %r", step, err)
+
+    def finish(self) -> None:
+        self.mon.close()
+
+
+def register(tracking_cls: Any = None) -> None:
+    """Make "minirl" a backend of verl's `Tracking` (idempotent). `tracking_cls` defaults
+    to `verl.utils.tracking.Tracking`."""
+    if tracking_cls is None:
+        from verl.utils.tracking import Tracking as tracking_cls
+    if BACKEND in tracking_cls.supported_backend:
+        return
+    tracking_cls.supported_backend = [*tracking_cls.supported_backend, BACKEND]
+    init, finish = tracking_cls.__init__, tracking_cls.finish
+
+    def __init__(self, project_name, experiment_name, default_backend="console", config=None):
+        init(self, project_name, experiment_name, default_backend, config)
+        backends = [default_backend] if isinstance(default_backend, str) else default_backend
+        if BACKEND in backends:
+            self.logger[BACKEND] = MinirlLogger(project_name, experiment_name, config)
+
+    def finish_all(self, *args: Any, **kwargs: Any) -> None:
+        done = getattr(self, "_finished", False)
+        finish(self, *args, **kwargs)
+        if not done and BACKEND in getattr(self, "logger", {}):
+            self.logger[BACKEND].finish()
+
+    tracking_cls.__init__, tracking_cls.finish = __init__, finish_all
