@@ -10,7 +10,7 @@ from trainer.engines.base import SamplingParams
 from trainer.engines.config import EngineConfig, OptimConfig
 from trainer.engines.decode import _filter_logits, sample_next
 from trainer.engines.torch_engine import TorchInferenceEngine
-from trainer.engines.training import TrainingEngine
+from trainer.engines.training import TorchTrainingEngine
 from trainer.models import ModelConfig, build_tiny_checkpoint
 
 FP32 = EngineConfig(train_dtype="fp32", inference_dtype="fp32")
@@ -24,7 +24,7 @@ def ckpt(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def trainer(ckpt):
-    return TrainingEngine(ckpt, FP32, OptimConfig())
+    return TorchTrainingEngine(ckpt, FP32, OptimConfig())
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +129,7 @@ def test_eos_ends_a_response_and_the_cap_truncates(engine):
 
 
 def test_update_weights_makes_the_engine_match_a_changed_model(ckpt):
-    trainer = TrainingEngine(ckpt, FP32, OptimConfig(lr=1e-2))
+    trainer = TorchTrainingEngine(ckpt, FP32, OptimConfig(lr=1e-2))
     engine = TorchInferenceEngine(ckpt, FP32)
     ro = engine.generate(_prompts(engine), SamplingParams(n=2, max_new_tokens=6), seed=5)
     logp, _, _ = trainer.forward_logprobs(ro.input_ids, ro.attention_mask, ro.response_mask)
@@ -151,7 +151,7 @@ def test_update_weights_makes_the_engine_match_a_changed_model(ckpt):
     assert torch.equal(dst, round_weight(src, "fp8_e4m3").to(torch.bfloat16))
     assert torch.equal(fp8.model.lm_head.weight, trainer.model.lm_head.weight.bfloat16())
     dense = build_tiny_checkpoint(ModelConfig(arch="qwen3"), ckpt.parent / "dense")
-    other = TrainingEngine(dense, FP32, OptimConfig())
+    other = TorchTrainingEngine(dense, FP32, OptimConfig())
     with pytest.raises(ValueError, match="missing"):
         fp8.update_weights(other.model)
     fp8.close()

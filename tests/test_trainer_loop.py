@@ -13,6 +13,7 @@ from monitor import RunReader
 from monitor.store import request_action
 from trainer import run as run_module
 from trainer import step as step_module
+from trainer.engines.training import TorchTrainingEngine
 from trainer.run import train
 
 # DESIGN.md's per-step metrics that apply to an MoE run with diagnostics on
@@ -95,11 +96,11 @@ def test_fp32_inference_has_no_mismatch(tiny_config):
 
 
 class _Spy:
-    """Wraps TrainingEngine.forward_logprobs to see what each pass replayed and returned."""
+    """Wraps TorchTrainingEngine.forward_logprobs to see what each pass replayed and returned."""
 
     def __init__(self, monkeypatch):
         self.calls: list[dict] = []
-        original = run_module.TrainingEngine.forward_logprobs
+        original = TorchTrainingEngine.forward_logprobs
         spy = self
 
         def wrapped(engine, input_ids, attention_mask, response_mask, replay=None, **kw):
@@ -108,7 +109,7 @@ class _Spy:
                               "logp": out[0].detach().clone(), "routing": out[2]})  # fmt: skip
             return out
 
-        monkeypatch.setattr(run_module.TrainingEngine, "forward_logprobs", wrapped)
+        monkeypatch.setattr(TorchTrainingEngine, "forward_logprobs", wrapped)
 
 
 def test_r2_replays_theta_old_routing_and_is_a_noop_on_the_first_minibatch(

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from monitor import RunReader
-from trainer import run as run_module
+from trainer.engines.training import TorchTrainingEngine
 from trainer.run import train
 
 pytestmark = pytest.mark.vllm
@@ -16,13 +16,13 @@ pytestmark = pytest.mark.vllm
 
 def test_train_with_vllm_rollouts_and_r3(tiny_config, monkeypatch):
     replays = []
-    original = run_module.TrainingEngine.forward_logprobs
+    original = TorchTrainingEngine.forward_logprobs
 
     def spy(engine, input_ids, attention_mask, response_mask, replay=None, **kw):
         replays.append(None if replay is None else replay.clone())
         return original(engine, input_ids, attention_mask, response_mask, replay=replay, **kw)
 
-    monkeypatch.setattr(run_module.TrainingEngine, "forward_logprobs", spy)
+    monkeypatch.setattr(TorchTrainingEngine, "forward_logprobs", spy)
     cfg = tiny_config(
         engine={"inference": "vllm", "inference_dtype": "bf16"},
         train={"steps": 2, "routing_replay": "R3", "mini_batches": 2},

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from trainer.engines.config import EngineConfig, OptimConfig
-from trainer.engines.training import TrainingEngine
+from trainer.engines.training import TorchTrainingEngine
 from trainer.models import ModelConfig, build_tiny_checkpoint
 
 
@@ -47,7 +47,7 @@ def _reference(model, ids, attention, response):
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_logp_and_entropy_match_a_float64_reference(ckpt, dtype):
-    eng = TrainingEngine(ckpt, EngineConfig(train_dtype=dtype), OptimConfig())
+    eng = TorchTrainingEngine(ckpt, EngineConfig(train_dtype=dtype), OptimConfig())
     ids, attention, response = _batch()
     logp, ent, routed = eng.forward_logprobs(ids, attention, response, with_entropy=True)
     assert logp.dtype == torch.float32 and ent.dtype == torch.float32 and routed is None
@@ -61,7 +61,7 @@ def test_logp_and_entropy_match_a_float64_reference(ckpt, dtype):
 
 def test_record_then_replay_is_a_no_op_and_keeps_router_gradients(ckpt):
     """R2 on the first mini-batch: replaying e^π_old at θ_old changes nothing."""
-    eng = TrainingEngine(ckpt, EngineConfig(), OptimConfig())
+    eng = TorchTrainingEngine(ckpt, EngineConfig(), OptimConfig())
     ids, attention, response = _batch(1)
     with torch.no_grad():
         old, _, routed = eng.forward_logprobs(ids, attention, response, record=True)
@@ -86,7 +86,7 @@ def test_record_then_replay_is_a_no_op_and_keeps_router_gradients(ckpt):
 
 
 def test_step_clips_reports_and_skips_non_finite(ckpt):
-    eng = TrainingEngine(ckpt, EngineConfig(), OptimConfig(lr=1e-3, grad_clip=0.5))
+    eng = TorchTrainingEngine(ckpt, EngineConfig(), OptimConfig(lr=1e-3, grad_clip=0.5))
     ids, attention, response = _batch(2)
     logp, _, _ = eng.forward_logprobs(ids, attention, response)
     (-logp.sum()).backward()
@@ -116,14 +116,14 @@ def test_step_clips_reports_and_skips_non_finite(ckpt):
 
 
 def test_checkpoint_round_trip_with_weights_only(ckpt, tmp_path):
-    a = TrainingEngine(ckpt, EngineConfig(), OptimConfig(lr=1e-3))
+    a = TorchTrainingEngine(ckpt, EngineConfig(), OptimConfig(lr=1e-3))
     ids, attention, response = _batch(3)
     for _ in range(2):
         logp, _, _ = a.forward_logprobs(ids, attention, response)
         a.step(-logp.sum())
     a.set_lr_scale(0.5)
     a.save(tmp_path / "engine.pt")
-    b = TrainingEngine(ckpt, EngineConfig(), OptimConfig(lr=1e-3))
+    b = TorchTrainingEngine(ckpt, EngineConfig(), OptimConfig(lr=1e-3))
     b.load(tmp_path / "engine.pt")  # torch.load(weights_only=True) inside
     assert b.lr_scale == 0.5
     for eng in (a, b):  # one more identical step from both: identical weights after

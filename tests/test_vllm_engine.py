@@ -1,7 +1,7 @@
 """The vLLM engine on the tiny Qwen3-MoE in fp32, against the transformers training engine.
 
 One real vLLM engine for the whole module. References are independent: log π and the
-routing e^π come from `TrainingEngine` (a transformers forward with its own router hooks),
+routing e^π come from `TorchTrainingEngine` (a transformers forward with its own router hooks),
 never from vLLM itself. Dense and bf16 engines have their own modules.
 """
 
@@ -16,7 +16,7 @@ from monitor.errors import UserError
 from trainer.engines import vllm_weights
 from trainer.engines.base import SamplingParams
 from trainer.engines.config import EngineConfig, OptimConfig
-from trainer.engines.training import TrainingEngine
+from trainer.engines.training import TorchTrainingEngine
 from trainer.engines.vllm_engine import VLLMEngine, import_vllm, sequence_seed
 from trainer.models import ModelConfig, build_tiny_checkpoint
 
@@ -42,7 +42,7 @@ def engine(ckpt):
 
 @pytest.fixture(scope="module")
 def trainer(ckpt):
-    return TrainingEngine(ckpt, FP32, OptimConfig())
+    return TorchTrainingEngine(ckpt, FP32, OptimConfig())
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +165,7 @@ def test_eos_ends_responses(engine, trainer):
 def test_weight_sync_moe_verified(engine, ckpt):
     """After a sync the engine equals the changed model (this fails without the CPU MoE
     prepack fix: update_weights raises WeightSyncError)."""
-    trainer = TrainingEngine(ckpt, FP32, OptimConfig())
+    trainer = TorchTrainingEngine(ckpt, FP32, OptimConfig())
     _perturb(trainer.model, 0.05, seed=1)
     engine.update_weights(trainer.model)
     assert engine.last_sync.max_abs <= 1e-4
@@ -182,7 +182,7 @@ def test_weight_sync_moe_verified(engine, ckpt):
 def test_raw_vllm_reload_still_corrupts_moe_experts(engine, ckpt):
     """Watches the upstream bug: vLLM's reload without our repack must mismatch. If this
     fails, vLLM fixed it, and `repack_cpu_moe_experts` would now double-pack: remove it."""
-    trainer = TrainingEngine(ckpt, FP32, OptimConfig())
+    trainer = TorchTrainingEngine(ckpt, FP32, OptimConfig())
     _perturb(trainer.model, 0.05, seed=2)
     tensors = vllm_weights.checkpoint_tensors(trainer.model)
     ref = vllm_weights.reference_logprobs(trainer.model, engine.probe)
@@ -195,7 +195,7 @@ def test_raw_vllm_reload_still_corrupts_moe_experts(engine, ckpt):
 
 
 def test_failed_verification_is_an_error(engine, ckpt, monkeypatch):
-    trainer = TrainingEngine(ckpt, FP32, OptimConfig())
+    trainer = TorchTrainingEngine(ckpt, FP32, OptimConfig())
     _perturb(trainer.model, 0.05, seed=3)
     monkeypatch.setattr(vllm_weights, "repack_cpu_moe_experts", lambda _model: 0)
     with pytest.raises(vllm_weights.WeightSyncError, match=r"not verified: max \|Δ log π\|"):

@@ -13,7 +13,7 @@ import torch
 from trainer.engines import vllm_weights
 from trainer.engines.base import SamplingParams
 from trainer.engines.config import EngineConfig, OptimConfig
-from trainer.engines.training import TrainingEngine
+from trainer.engines.training import TorchTrainingEngine
 from trainer.engines.vllm_engine import VLLMEngine
 from trainer.models import ModelConfig, build_tiny_checkpoint
 
@@ -38,7 +38,7 @@ def engine(ckpt):
 
 @pytest.fixture(scope="module")
 def trainer(ckpt):
-    return TrainingEngine(ckpt, BF16, OptimConfig())
+    return TorchTrainingEngine(ckpt, BF16, OptimConfig())
 
 
 def test_bf16_rollout_shows_routing_and_logprob_mismatch(engine, trainer):
@@ -58,7 +58,7 @@ def test_bf16_rollout_shows_routing_and_logprob_mismatch(engine, trainer):
 def test_bf16_weight_sync_calibrated_bound(engine, ckpt):
     """Sharper weights raise bf16's error (mean |Δ| ≈ 0.1 at x3); the calibrated bound
     follows it, and still rejects the unpacked-experts bug (≈ 1.0 at x3)."""
-    trainer = TrainingEngine(ckpt, BF16, OptimConfig())
+    trainer = TorchTrainingEngine(ckpt, BF16, OptimConfig())
     with torch.no_grad():
         for p in trainer.model.parameters():
             p.mul_(3.0)

@@ -20,7 +20,7 @@ from trainer.engines import quant, vllm_weights
 from trainer.engines.base import SamplingParams
 from trainer.engines.config import EngineConfig, OptimConfig
 from trainer.engines.decode import _filter_logits
-from trainer.engines.training import TrainingEngine
+from trainer.engines.training import TorchTrainingEngine
 from trainer.engines.vllm_engine import VLLMEngine
 from trainer.models import ModelConfig, build_tiny_checkpoint
 
@@ -65,10 +65,10 @@ def engine(started):
 
 @pytest.fixture(scope="module")
 def trainer(ckpt):
-    return TrainingEngine(ckpt, FP32, OptimConfig())
+    return TorchTrainingEngine(ckpt, FP32, OptimConfig())
 
 
-def _recompute(trainer: TrainingEngine, ro) -> torch.Tensor:
+def _recompute(trainer: TorchTrainingEngine, ro) -> torch.Tensor:
     logp, _, _ = trainer.forward_logprobs(ro.input_ids, ro.attention_mask, ro.response_mask)
     return logp.detach()
 
@@ -83,7 +83,7 @@ def test_engine_start_leaves_the_process_as_it_was(started):
     assert _environ() == before["environ"]  # vLLM sets LD_PRELOAD, TORCHINDUCTOR_* ...
 
 
-def _sampling_logprobs(trainer: TrainingEngine, ro, params: SamplingParams) -> torch.Tensor:
+def _sampling_logprobs(trainer: TorchTrainingEngine, ro, params: SamplingParams) -> torch.Tensor:
     """log μ of each token under the sampler: log_softmax of the training model's logits
     scaled by the temperature and filtered by top-k/top-p (the PyTorch engine's filter)."""
     with torch.no_grad():
@@ -108,7 +108,7 @@ def test_dense_rollout_logprobs_match_training_engine(engine, trainer):
 
 
 def test_dense_weight_sync_verified(engine, ckpt):
-    trainer = TrainingEngine(ckpt, FP32, OptimConfig())
+    trainer = TorchTrainingEngine(ckpt, FP32, OptimConfig())
     before = engine.generate(PROMPTS, PARAMS, seed=2)
     with torch.no_grad():
         for p in trainer.model.parameters():

@@ -2,12 +2,14 @@
 
     run = train(load_config("configs/demo.yaml"))
 
-Around each `rl_step` (trainer/step.py) the loop applies the monitor's pending actions at
-the step boundary, syncs the new weights into the inference engine (verified by the
-engine), evaluates held-out accuracy periodically, logs one `Monitor.log` per step, and
-checkpoints. `resume=True` continues from the last checkpoint with the store truncated to
-it, so no step is lost or logged twice. A rollback loads an earlier checkpoint but keeps
-counting steps forward: the rolled-back branch stays in the store as evidence.
+Around each `rl_step` (trainer/step.py) the loop applies scripted incidents and the
+monitor's pending actions at the step boundary, syncs the new weights into the inference
+engine (verified by the engine), evaluates held-out accuracy periodically, logs one
+`Monitor.log` per step, and checkpoints. It holds the engines only through their
+protocols (trainer/engines/base.py); factory.py picks the backends. `resume=True`
+continues from the last checkpoint with the store truncated to it, so no step is lost or
+logged twice. A rollback loads an earlier checkpoint but keeps counting steps forward:
+the rolled-back branch stays in the store as evidence.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,16 +31,15 @@ from trainer.checkpoints import (
     load_checkpoint,
     save_checkpoint,
 )
-from trainer.coldstart import cold_start
+from trainer.coldstart import ColdStart, cold_start
 from trainer.config import RunConfig, config_to_dict, dump_config, load_config
 from trainer.controls import Controls, Rejected, Request, apply_action
-from trainer.engines.base import InferenceEngine, WeightSyncError
-from trainer.engines.factory import make_inference_engine
-from trainer.engines.training import TrainingEngine
+from trainer.engines.base import InferenceEngine, TrainingEngine, WeightSyncError
+from trainer.engines.factory import make_inference_engine, make_training_engine
 from trainer.evaluate import evaluate, policy_accuracy
 from trainer.incidents import SET_ROLLOUT_QUANT, Incident, apply_rollout_quant, due
 from trainer.progress import NoProgress, Progress
-from trainer.step import NonFiniteBatch, rl_step
+from trainer.step import NonFiniteBatch, StepResult, rl_step
 from trainer.tasks import Task, make_task
 
 CONFIG_FILE = "config.yaml"
@@ -75,7 +76,6 @@ def train(
 ) -> RunResult:
     """Run (or resume) the RL run of `cfg`; returns how it ended."""
     run_dir = cfg.resolved_run_dir
-    tc = cfg.train
     if not resume and (run_dir / "store.sqlite").exists():
         raise UserError(f"{run_dir} already holds a run; pass --resume or choose another run dir")
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -83,164 +83,204 @@ def train(
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
 
-    # ---- cold start (cached), task, engines ----------------------------------------------
+    # ---- cold start (cached), task, training engine; a resume restores its checkpoint ----
     start = cold_start(cfg.model, cfg.task, cfg.cold_start, eval_cfg=cfg.eval, progress=progress)
     task = make_task(cfg.task)
-    policy = TrainingEngine(start.path, cfg.engine, cfg.optim)
-    controls = Controls(cfg.loss, tc.mini_batches, tc.routing_replay)
-    first_step = 1
+    policy = make_training_engine(start.path, cfg.engine, cfg.optim)
+    controls = Controls(cfg.loss, cfg.train.mini_batches, cfg.train.routing_replay)
+    last = 0
     if resume:
-        ckpts = list_checkpoints(run_dir)
-        if not ckpts:
-            raise UserError(f"{run_dir}: no checkpoint to resume from")
-        last_ckpt = max(ckpts)
-        payload = load_checkpoint(ckpts[last_ckpt])
-        policy.load_state_dict(payload["policy"])
-        controls = controls_from_data(payload["controls"])
-        torch.set_rng_state(payload["torch_rng"])
-        first_step = last_ckpt + 1
+        last, controls = _resume_from_checkpoint(run_dir, policy)
     (run_dir / CONFIG_FILE).write_text(dump_config(cfg))
-
     mon = Monitor(
         run_dir,
         config=config_to_dict(cfg),
         controls=controls.for_monitor(cfg.optim.lr, policy.is_moe),
         monitor_config=cfg.monitor,
-        remediation=tc.remediation,
+        remediation=cfg.train.remediation,
         prometheus_port=prometheus_port,
         exporter=exporter,
         notifier=notifier,
         resume=resume,
     )
-    engine: InferenceEngine | None = None
-    bar = Progress(first_step, tc.steps) if progress else NoProgress()
-    step = first_step - 1
-    logged = step  # the last step whose record is in the store
-    stopped = "completed"
-    partial = False
-    evals: list[float] = []
+    bar = Progress(last + 1, cfg.train.steps) if progress else NoProgress()
+    run = _Run(cfg, run_dir, mon, policy, task, controls, bar, step=last, logged=last)
+
+    # ---- the inference engine, step 0, the steps; a crash is recorded, then raised -------
     try:
-        if resume:
-            mon.truncate_after(step)
-        else:
-            mon.event("cold_start", {"checkpoint": str(start.path), "reused": start.reused,
-                                     **start.metrics})  # fmt: skip
-        engine = make_inference_engine(start.path, cfg.engine)
-        if resume or first_step > 1:
-            engine.update_weights(policy.model)
-        policy.set_lr_scale(controls.lr_scale * tc.lr_scale(step))
-        if not resume:  # step 0: the cold-start policy's held-out accuracy
-            acc = _evaluate(engine, policy, task, cfg)
-            evals.append(acc["eval/acc"])
-            mon.log(0, acc)
-            bar.message(f"held-out accuracy after cold start: {acc['eval/acc']:.3f}")
-
-        while step < tc.steps:
-            # ---- step boundary: scripted incidents, then remediation actions ----------
-            for incident in due(tc.incidents, step + 1):
-                controls = _induce(mon, incident, controls, cfg, policy, engine, bar)
-            # remediation actions (automatic or from the dashboard)
-            controls, request = _apply_actions(mon, controls, cfg, policy.is_moe, bar)
-            if request is not None and request.kind == "stop":
-                stopped = "stop action"
-                break
-            if request is not None and request.kind == "rollback":
-                _rollback(mon, run_dir, policy, engine, controls, request, step, bar)
-            step += 1
-            policy.set_lr_scale(controls.lr_scale * tc.lr_scale(step - 1))
-
-            # ---- the MiniRL step ---------------------------------------------------------
-            examples = task.sample_train(tc.prompts_per_step, seed=f"{cfg.seed}:{step}")
-            try:
-                result = rl_step(
-                    examples, policy, engine, task, controls, cfg.sampling,
-                    seed=cfg.seed * 1_000_003 + step,
-                    advantage_baseline=tc.advantage_baseline,
-                    advantage_std_norm=tc.advantage_std_norm,
-                    diagnostics=tc.diagnostics,
-                    probe_grad_cosine=tc.grad_cosine_every > 0 and step % tc.grad_cosine_every == 0,
-                )  # fmt: skip
-            except NonFiniteBatch as err:
-                # nothing was trained on it: record the step as non-finite and let the
-                # monitor's remediation roll back, or stop with the reason
-                mon.event("nonfinite", {"step": step, "error": str(err)})
-                mon.log(step, {"optim/loss": math.nan})
-                logged = step
-                if not any(a.kind == "rollback" for a in mon.pending_actions()):
-                    stopped = "non-finite"
-                    bar.message(f"step {step}: {err}; stopping (no rollback requested)")
-                    break
-                continue
-
-            # ---- weight sync μ ← θ (verified by the engine), evaluation, log -------------
-            t0 = time.perf_counter()
-            engine.update_weights(policy.model)
-            scalars = result.scalars
-            scalars["perf/sync_s"] = time.perf_counter() - t0
-            if _eval_due(step, cfg):
-                acc = _evaluate(engine, policy, task, cfg)
-                evals.append(acc["eval/acc"])
-                scalars.update(acc)
-            alerts = mon.log(step, scalars, result.distributions)
-            logged = step
-            for alert in alerts:
-                if alert.severity != "info":
-                    bar.message(f"step {step}: {alert.severity}: {alert.message}")
-            bar.update(step, scalars)
-
-            if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
-                _checkpoint(mon, run_dir, step, policy, controls, cfg.keep_checkpoints)
+        _start_inference(run, start, resume)
+        stopped = _steps(run)
     except KeyboardInterrupt:
         stopped = "interrupted"
         # a step cut short is not in the store and its updates may be half-applied: no
         # checkpoint of it, so --resume redoes it from the last checkpoint
-        partial, step = step != logged, logged
-        bar.message(f"interrupted after step {step}; resume with --resume")
+        run.partial, run.step = run.step != run.logged, run.logged
+        bar.message(f"interrupted after step {run.step}; resume with --resume")
     except BaseException as err:
-        # a failed weight sync: the engine no longer computes what the policy computes, so
-        # every later IS weight would be wrong; the run stops (record and checkpoint stay)
-        sync = isinstance(err, WeightSyncError)
-        error = f"weight sync failed: {err}" if sync else f"{type(err).__name__}: {err}"
-        mon.event("crash", {"step": step, "error": error})
-        mon.close()
-        if engine is not None:
-            engine.close()
-        if sync:
-            raise UserError(
-                f"step {step}: weight sync into the inference engine failed verification "
-                f"({err}); the run stopped, its store is intact; `minirl train --resume` "
-                "continues from the last checkpoint"
-            ) from None
+        _record_crash(run, err)
         raise
-    if (step >= first_step or stopped != "completed") and not partial:
-        _checkpoint(mon, run_dir, step, policy, controls, cfg.keep_checkpoints)
-    mon.event("stop", {"step": step, "reason": stopped})
-    mon.close()
-    if engine is not None:
-        engine.close()
-    return RunResult(
-        run_dir=run_dir,
-        last_step=step,
-        stopped=stopped,
-        cold_start=start.metrics,
-        first_eval=evals[0] if evals else None,
-        last_eval=evals[-1] if evals else None,
-    )
+    if (run.step > last or stopped != "completed") and not run.partial:
+        _checkpoint(run)
+    _close(run, stopped)
+    evals = run.evals or [None]
+    return RunResult(run_dir, run.step, stopped, start.metrics, evals[0], evals[-1])
 
 
-# ------------------------------------------------------------------------------ helpers
+@dataclass
+class _Run:
+    """What the loop works on: the config, the store, both engines, the controls."""
+
+    cfg: RunConfig
+    run_dir: Path
+    mon: Monitor
+    policy: TrainingEngine
+    task: Task
+    controls: Controls
+    bar: Progress | NoProgress
+    step: int
+    """The last step run (or being run)."""
+    logged: int
+    """The last step whose record is in the store."""
+    engine: InferenceEngine | None = None
+    """Made inside the crash guard, so that a failing start is recorded too."""
+    evals: list[float] = field(default_factory=list)
+    partial: bool = False
+    """Interrupted mid-step: that step is neither logged nor checkpointed."""
 
 
-def _evaluate(
-    engine: InferenceEngine, policy: TrainingEngine, task: Task, cfg: RunConfig
-) -> dict[str, float]:
+def _steps(run: _Run) -> str:
+    """RL steps until the last, a stop action or an unrepaired non-finite batch; returns
+    why the loop ended."""
+    tc = run.cfg.train
+    while run.step < tc.steps:
+        # ---- step boundary: scripted incidents, then remediation actions ----------------
+        for incident in due(tc.incidents, run.step + 1):
+            _induce(run, incident)
+        request = _apply_actions(run)  # automatic or from the dashboard
+        if request is not None and request.kind == "stop":
+            return "stop action"
+        if request is not None and request.kind == "rollback":
+            _rollback(run, request)
+        run.step += 1
+        run.policy.set_lr_scale(run.controls.lr_scale * tc.lr_scale(run.step - 1))
+
+        # ---- the MiniRL step -------------------------------------------------------------
+        examples = run.task.sample_train(tc.prompts_per_step, seed=f"{run.cfg.seed}:{run.step}")
+        try:
+            result = rl_step(
+                examples, run.policy, run.engine, run.task, run.controls, run.cfg.sampling,
+                seed=run.cfg.seed * 1_000_003 + run.step,
+                advantage_baseline=tc.advantage_baseline,
+                advantage_std_norm=tc.advantage_std_norm,
+                diagnostics=tc.diagnostics,
+                probe_grad_cosine=tc.grad_cosine_every > 0 and run.step % tc.grad_cosine_every == 0,
+            )  # fmt: skip
+        except NonFiniteBatch as err:
+            if not _record_nonfinite(run, err):
+                return "non-finite"
+            continue
+
+        # ---- weight sync μ ← θ (verified by the engine), evaluation, log, checkpoint -------
+        t0 = time.perf_counter()
+        run.engine.update_weights(run.policy.model)
+        result.scalars["perf/sync_s"] = time.perf_counter() - t0
+        if _eval_due(run.step, run.cfg):
+            result.scalars.update(_evaluate(run))
+        _log(run, result)
+        if run.cfg.checkpoint_every and run.step % run.cfg.checkpoint_every == 0:
+            _checkpoint(run)
+    return "completed"
+
+
+def _start_inference(run: _Run, start: ColdStart, resume: bool) -> None:
+    """The inference engine on the cold-start weights (a resume syncs the checkpoint's),
+    the lr of the first step and, on a new run, the held-out accuracy at step 0."""
+    mon, policy = run.mon, run.policy
+    if resume:
+        mon.truncate_after(run.step)
+    else:
+        mon.event("cold_start", {"checkpoint": str(start.path), "reused": start.reused,
+                                 **start.metrics})  # fmt: skip
+    run.engine = make_inference_engine(start.path, run.cfg.engine)
+    if resume:
+        run.engine.update_weights(policy.model)
+    policy.set_lr_scale(run.controls.lr_scale * run.cfg.train.lr_scale(run.step))
+    if not resume:  # step 0: the cold-start policy's held-out accuracy
+        acc = _evaluate(run)
+        mon.log(0, acc)
+        run.bar.message(f"held-out accuracy after cold start: {acc['eval/acc']:.3f}")
+
+
+def _close(run: _Run, stopped: str) -> None:
+    """Record why the run stopped and close the store and the inference engine."""
+    run.mon.event("stop", {"step": run.step, "reason": stopped})
+    run.mon.close()
+    if run.engine is not None:
+        run.engine.close()
+
+
+def _resume_from_checkpoint(run_dir: Path, policy: TrainingEngine) -> tuple[int, Controls]:
+    """Load the last checkpoint into `policy` and the torch RNG; (its step, its controls)."""
+    ckpts = list_checkpoints(run_dir)
+    if not ckpts:
+        raise UserError(f"{run_dir}: no checkpoint to resume from")
+    last = max(ckpts)
+    payload = load_checkpoint(ckpts[last])
+    policy.load_state_dict(payload["policy"])
+    torch.set_rng_state(payload["torch_rng"])
+    return last, controls_from_data(payload["controls"])
+
+
+def _log(run: _Run, result: StepResult) -> None:
+    """One Monitor.log of the step; its warnings and criticals on the progress bar."""
+    alerts = run.mon.log(run.step, result.scalars, result.distributions)
+    run.logged = run.step
+    for alert in alerts:
+        if alert.severity != "info":
+            run.bar.message(f"step {run.step}: {alert.severity}: {alert.message}")
+    run.bar.update(run.step, result.scalars)
+
+
+def _record_nonfinite(run: _Run, err: NonFiniteBatch) -> bool:
+    """Nothing was trained on the batch: record the step as non-finite. True if a
+    rollback is pending (the monitor's remediation repairs it), else the run stops."""
+    run.mon.event("nonfinite", {"step": run.step, "error": str(err)})
+    run.mon.log(run.step, {"optim/loss": math.nan})
+    run.logged = run.step
+    if any(a.kind == "rollback" for a in run.mon.pending_actions()):
+        return True
+    run.bar.message(f"step {run.step}: {err}; stopping (no rollback requested)")
+    return False
+
+
+def _record_crash(run: _Run, err: BaseException) -> None:
+    """Record the crash and close the store and the engine; a failed weight sync becomes
+    one clear UserError (the engine no longer computes what the policy computes, so every
+    later IS weight would be wrong: the run stops, its record and checkpoints stay)."""
+    sync = isinstance(err, WeightSyncError)
+    error = f"weight sync failed: {err}" if sync else f"{type(err).__name__}: {err}"
+    run.mon.event("crash", {"step": run.step, "error": error})
+    run.mon.close()
+    if run.engine is not None:
+        run.engine.close()
+    if sync:
+        raise UserError(
+            f"step {run.step}: weight sync into the inference engine failed verification "
+            f"({err}); the run stopped, its store is intact; `minirl train --resume` "
+            "continues from the last checkpoint"
+        ) from None
+
+
+def _evaluate(run: _Run) -> dict[str, float]:
     """eval/* of the inference engine (μ), plus eval/acc_policy of π if asked for."""
+    cfg, policy = run.cfg, run.policy
     max_new = cfg.sampling.max_new_tokens
-    acc = evaluate(engine, policy.tokenizer, task, cfg.eval, max_new_tokens=max_new)
+    acc = evaluate(run.engine, policy.tokenizer, run.task, cfg.eval, max_new_tokens=max_new)
     if cfg.eval.policy:
         acc["eval/acc_policy"] = policy_accuracy(
-            policy.model, policy.tokenizer, task, cfg.eval, max_new_tokens=max_new
+            policy.model, policy.tokenizer, run.task, cfg.eval, max_new_tokens=max_new
         )
+    run.evals.append(acc["eval/acc"])
     return acc
 
 
@@ -249,94 +289,81 @@ def _eval_due(step: int, cfg: RunConfig) -> bool:
     return step == cfg.train.steps or (every > 0 and step % every == 0)
 
 
-def _checkpoint(
-    mon: Monitor, run_dir: Path, step: int, policy: TrainingEngine, controls: Controls, keep: int
-) -> None:
-    path = save_checkpoint(run_dir, step, policy.state_dict(), controls, keep)
-    mon.event("checkpoint", {"step": step, "path": str(path)})
+def _checkpoint(run: _Run) -> None:
+    """Save the policy, its optimiser and the controls at run.step; keep the newest few."""
+    path = save_checkpoint(
+        run.run_dir, run.step, run.policy.state_dict(), run.controls, run.cfg.keep_checkpoints
+    )
+    run.mon.event("checkpoint", {"step": run.step, "path": str(path)})
 
 
-def _induce(
-    mon: Monitor,
-    incident: Incident,
-    controls: Controls,
-    cfg: RunConfig,
-    policy: TrainingEngine,
-    engine: InferenceEngine,
-    bar: Progress,
-) -> Controls:
+def _induce(run: _Run, incident: Incident) -> None:
     """Apply one scripted incident, record it as an `incident` event (labelled induced)."""
     if incident.kind == SET_ROLLOUT_QUANT:
-        apply_rollout_quant(engine, policy.model, incident.params["weight_quant"])
+        apply_rollout_quant(run.engine, run.policy.model, incident.params["weight_quant"])
     else:
         try:
-            out = apply_action(
-                controls, incident.kind, incident.params,
-                prompts_per_step=cfg.train.prompts_per_step, moe=policy.is_moe,
-            )  # fmt: skip
+            out = _apply(run, incident.kind, incident.params)
         except Rejected as why:
             raise UserError(f"{incident.describe()}: cannot be applied ({why})") from None
         assert isinstance(out, Controls)  # rollback/stop are not incident kinds
-        controls = out
-        mon.update_controls(controls.for_monitor(cfg.optim.lr, policy.is_moe))
-    mon.event("incident", {"kind": incident.kind, "params": incident.params,
-                           "note": incident.describe(), "induced": True})  # fmt: skip
-    bar.message(incident.describe())
-    return controls
+        run.controls = out
+        run.mon.update_controls(out.for_monitor(run.cfg.optim.lr, run.policy.is_moe))
+    run.mon.event("incident", {"kind": incident.kind, "params": incident.params,
+                               "note": incident.describe(), "induced": True})  # fmt: skip
+    run.bar.message(incident.describe())
 
 
-def _apply_actions(
-    mon: Monitor, controls: Controls, cfg: RunConfig, moe: bool, bar: Progress
-) -> tuple[Controls, Request | None]:
+def _apply(run: _Run, kind: str, params: dict[str, Any]) -> Controls | Request:
+    """An action on the run's controls (trainer/controls.py); raises Rejected."""
+    return apply_action(
+        run.controls,
+        kind,
+        params,
+        prompts_per_step=run.cfg.train.prompts_per_step,
+        moe=run.policy.is_moe,
+    )
+
+
+def _apply_actions(run: _Run) -> Request | None:
     """Apply every pending action in order; a stop or rollback request is returned to the
     loop (a stop wins over a rollback). Each action is resolved applied or rejected."""
     request: Request | None = None
-    for action in mon.pending_actions():
+    for action in run.mon.pending_actions():
         try:
-            out = apply_action(
-                controls, action.kind, action.params,
-                prompts_per_step=cfg.train.prompts_per_step, moe=moe,
-            )  # fmt: skip
+            out = _apply(run, action.kind, action.params)
         except Rejected as why:
-            mon.resolve(action.id, "rejected", str(why))
-            bar.message(f"action {action.kind} rejected: {why}")
+            run.mon.resolve(action.id, "rejected", str(why))
+            run.bar.message(f"action {action.kind} rejected: {why}")
             continue
         if isinstance(out, Request):
             if request is None or out.kind == "stop":
                 request = out
-            mon.resolve(action.id, "applied", f"{out.kind} at the step boundary")
+            run.mon.resolve(action.id, "applied", f"{out.kind} at the step boundary")
         else:
-            changed = _diff(controls, out)
-            controls = out
-            mon.resolve(action.id, "applied", changed or "no change")
-        bar.message(f"action {action.kind} {action.params} applied ({action.source})")
-    return controls, request
+            changed = _diff(run.controls, out)
+            run.controls = out
+            run.mon.resolve(action.id, "applied", changed or "no change")
+        run.bar.message(f"action {action.kind} {action.params} applied ({action.source})")
+    return request
 
 
-def _rollback(
-    mon: Monitor,
-    run_dir: Path,
-    policy: TrainingEngine,
-    engine: InferenceEngine,
-    controls: Controls,
-    request: Request,
-    step: int,
-    bar: Progress,
-) -> None:
+def _rollback(run: _Run, request: Request) -> None:
     """Load the requested (or last healthy) checkpoint's weights and optimiser; the
     controls stay as remediation set them, and the step counter keeps going forward."""
-    ckpts = list_checkpoints(run_dir)
+    ckpts = list_checkpoints(run.run_dir)
+    mon, step = run.mon, run.step
     target = request.step if request.step is not None else mon.last_healthy_step(list(ckpts))
     if target is None or target not in ckpts:
         mon.event("rollback_failed", {"step": step, "wanted": target, "have": list(ckpts)})
-        bar.message(f"rollback: no healthy checkpoint (have {list(ckpts)}); continuing")
+        run.bar.message(f"rollback: no healthy checkpoint (have {list(ckpts)}); continuing")
         return
     payload = load_checkpoint(ckpts[target])
-    policy.load_state_dict(payload["policy"])
-    policy.set_lr_scale(controls.lr_scale)
-    engine.update_weights(policy.model)
+    run.policy.load_state_dict(payload["policy"])
+    run.policy.set_lr_scale(run.controls.lr_scale)
+    run.engine.update_weights(run.policy.model)
     mon.event("rollback", {"step": step, "to_step": target})
-    bar.message(f"rolled back to the checkpoint of step {target} (at step {step})")
+    run.bar.message(f"rolled back to the checkpoint of step {target} (at step {step})")
 
 
 def _diff(old: Controls, new: Controls) -> str:

@@ -1,15 +1,17 @@
-"""The inference-engine interface and the rollout batch it returns.
+"""The two engine interfaces, and the rollout batch that passes between them.
 
-Every inference engine (the PyTorch one, vLLM) returns the same `Rollout`, laid out the
-way the training engine consumes it, so that the trainer never knows which engine ran.
-This module holds data and a protocol only; it does not sample anything.
+`InferenceEngine` samples μ_old; `TrainingEngine` holds π_θ and its optimiser. The RL
+step (trainer/step.py) and the loop (trainer/run.py) see only these two protocols, so a
+new backend (a GPU vLLM path, a sharded FSDP2 or Megatron training engine) implements
+one of them and touches neither. Every inference engine returns the same `Rollout`, laid
+out the way a training engine consumes it. This module holds data and protocols only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -79,3 +81,60 @@ class InferenceEngine(Protocol):
     def close(self) -> None:
         """Free the engine's memory and threads."""
         ...
+
+
+class TrainingEngine(Protocol):
+    """π_θ and its optimiser, as the RL step and the loop use them.
+
+    A sharded engine keeps its shards to itself: it returns whole [B, S] tensors from
+    `forward_logprobs`, reduces the gradient norm and the cosine over all ranks, and
+    gathers `model` and `state_dict` (on the rank that syncs and checkpoints)."""
+
+    tokenizer: Any
+    model: nn.Module
+    """The whole policy as one transformers module: the inference engine loads its
+    weights (`InferenceEngine.update_weights`) and π's own evaluation samples it."""
+
+    @property
+    def is_moe(self) -> bool: ...
+
+    @property
+    def num_experts(self) -> int:
+        """Routed experts per MoE layer (0 for a dense policy)."""
+        ...
+
+    def forward_logprobs(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        response_mask: torch.Tensor,
+        replay: torch.Tensor | None = None,
+        record: bool = False,
+        with_entropy: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """(log π [B, S] at response positions, entropy [B, S] | None, routing
+        [B, S, L, k] | None), aligned like `Rollout.logp`; `replay` routes the MoE layers
+        through given experts (R2/R3), `record` returns the live routing."""
+        ...
+
+    def step(self, loss: torch.Tensor | None = None) -> dict[str, float]:
+        """Backward `loss`, clip, update, zero the gradients; {optim/grad_norm, optim/lr}.
+        A non-finite gradient norm skips the update."""
+        ...
+
+    def step_with_grad_cosine(
+        self, loss: torch.Tensor, reference: torch.Tensor
+    ) -> tuple[dict[str, float], float]:
+        """`step(loss)`, and the cosine between ∇loss and ∇reference (NaN when the
+        reference is not finite): the approx/grad_cosine probe."""
+        ...
+
+    def set_lr_scale(self, scale: float) -> None:
+        """lr = the configured lr * scale from now on."""
+        ...
+
+    def state_dict(self) -> dict:
+        """Weights, optimiser state and lr scale, loadable with weights_only=True."""
+        ...
+
+    def load_state_dict(self, state: dict) -> None: ...

@@ -7,8 +7,8 @@ R3 passes the inference engine's e^μ; MiniRL, arXiv 2512.01374). `step` applies
 optimiser update with gradient clipping. Log-probabilities are float32 math even with
 bf16 parameters, and are computed only at response positions (no [B, S, V] float copy).
 
-It deliberately knows nothing of advantages, mini-batches or losses: the loop
-(`trainer/loop.py`) calls `minirl.policy_loss` and hands the loss to `step`.
+It deliberately knows nothing of advantages, mini-batches or losses: the RL step
+(`trainer/step.py`) calls `minirl.policy_loss` and hands the loss to `step`.
 """
 
 from __future__ import annotations
@@ -20,13 +20,15 @@ from pathlib import Path
 import torch
 
 from minirl.entropy import token_entropy
+from minirl.sequence import grad_cosine
 from trainer import routing
 from trainer.engines.config import EngineConfig, OptimConfig
 from trainer.models import load_policy
 
 
-class TrainingEngine:
-    """π_θ in `train_dtype`, AdamW over all its parameters, gradient clipping."""
+class TorchTrainingEngine:
+    """`TrainingEngine` on one process: π_θ in `train_dtype`, AdamW over all its
+    parameters, gradient clipping."""
 
     def __init__(
         self, checkpoint_dir: str | Path, config: EngineConfig, optim: OptimConfig
@@ -47,6 +49,14 @@ class TrainingEngine:
     @property
     def is_moe(self) -> bool:
         return self.num_moe_layers > 0
+
+    @property
+    def num_experts(self) -> int:
+        """Routed experts per MoE layer (0 for a dense policy)."""
+        if not self.is_moe:
+            return 0
+        cfg = self.model.config
+        return int(getattr(cfg, "num_experts", None) or cfg.num_local_experts)
 
     # ------------------------------------------------------------------ forward
 
@@ -118,6 +128,19 @@ class TrainingEngine:
     def lr(self) -> float:
         return self.optim.lr * self.lr_scale
 
+    def step_with_grad_cosine(
+        self, loss: torch.Tensor, reference: torch.Tensor
+    ) -> tuple[dict[str, float], float]:
+        """`step(loss)`, and the cosine between ∇loss and ∇reference (NaN when the
+        reference is not finite). Two extra backward passes: a periodic probe."""
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        g_loss = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
+        g_ref = torch.autograd.grad(reference, params, allow_unused=True)
+        cosine = grad_cosine(list(g_loss), list(g_ref)) if torch.isfinite(reference) else math.nan
+        for p, g in zip(params, g_loss, strict=True):
+            p.grad = g
+        return self.step(None), cosine
+
     def step(self, loss: torch.Tensor | None = None) -> dict[str, float]:
         """Backward `loss` (if given) onto the accumulated gradients, clip, update, zero.
 
@@ -155,3 +178,7 @@ class TrainingEngine:
 
     def load(self, path: str | Path) -> None:
         self.load_state_dict(torch.load(Path(path), weights_only=True, map_location="cpu"))
+
+
+TrainingEngine = TorchTrainingEngine
+"""The former name, kept until the bench scripts say TorchTrainingEngine."""
