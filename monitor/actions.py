@@ -17,6 +17,7 @@ Kinds and parameters (`?` = optional):
 | set_mini_batches | n: int ≥ 1 |
 | set_length_norm | enabled: bool |
 | scale_lr | factor: 0 < float ≤ 10 |
+| set_lr_cap | lr: float > 0 (the lr never exceeds it from now on, whatever the schedule) |
 | rollback | step?: int ≥ 0 (absent: the last healthy checkpoint) |
 | stop | (none) |
 
@@ -93,6 +94,7 @@ _SPECS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "set_mini_batches": (("n",), ()),
     "set_length_norm": (("enabled",), ()),
     "scale_lr": (("factor",), ()),
+    "set_lr_cap": (("lr",), ()),
     "rollback": ((), ("step",)),
     "stop": ((), ()),
 }
@@ -118,6 +120,8 @@ def _check(kind: str, key: str, value: Any) -> Any:
         return _int(kind, key, value, 1)
     if key == "step":
         return _int(kind, key, value, 0)
+    if key == "lr":
+        return _float(kind, key, value, lambda v: v > 0.0, "> 0")
     if key == "factor":
         return _float(kind, key, value, lambda v: 0.0 < v <= MAX_LR_FACTOR, "in (0, 10]")
     raise AssertionError(key)  # unreachable: keys come from _SPECS
@@ -147,7 +151,7 @@ def validate(kind: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 # What each kind does to the run's controls (Monitor's keys: is_policy, is_cap, is_band,
-# clip, eps_low, eps_high, routing_replay, mini_batches, length_norm, lr): one
+# clip, eps_low, eps_high, routing_replay, mini_batches, length_norm, lr, lr_cap): one
 # (knob, param, how) per knob it moves. how: "set" the knob to the param's value,
 # "scale" the knob by it, or a mapping from the param's value to the knob's. An optional
 # param that is absent moves nothing. The one interpreter of actions: the monitor's view
@@ -171,6 +175,7 @@ EFFECTS: dict[str, tuple[tuple[str, str, Any], ...]] = {
     "set_mini_batches": (("mini_batches", "n", "set"),),
     "set_length_norm": (("length_norm", "enabled", "set"),),
     "scale_lr": (("lr", "factor", "scale"),),
+    "set_lr_cap": (("lr_cap", "lr", "set"),),
     "rollback": (),  # carried out by the trainer itself, like stop: no knob moves
     "stop": (),
 }

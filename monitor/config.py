@@ -70,8 +70,9 @@ class RemediationConfig:
     """Automatic actions of one kind per run, at most."""
     max_rollbacks: int = 2
     """Automatic rollbacks per run, at most (a run that keeps collapsing needs a human)."""
-    cooldown_steps: int = 50
-    """Steps between two automatic actions of the same kind."""
+    cooldown_steps: int = 15
+    """Steps between two automatic actions of the same kind (a fix that did not hold is
+    escalated by the next breakdown after this many steps)."""
     tis_cap: float = 5.0
     """Cap of the token TIS turned on by the policy (the paper's C = 5)."""
     cap_factor: float = 0.5
@@ -82,7 +83,10 @@ class RemediationConfig:
     eps_low: float = 0.2
     eps_high: float = 0.27
     lr_factor: float = 0.5
-    """The learning-rate scale applied after a collapse rollback."""
+    """A breakdown blamed on the optimisation caps the lr at this × its pre-episode value."""
+    onset_margin: int = 5
+    """A precursor alert opens a few steps after its signal started moving (persistence):
+    the healthy checkpoint of an episode is taken at least this many steps before it."""
     collapse_detectors: tuple[str, ...] = (
         "breakdown",
         "reward_collapse",

@@ -260,15 +260,22 @@ class Monitor:
         return self.store.last_step()
 
     def last_healthy_step(self, candidates: Sequence[int]) -> int | None:
-        """The latest of `candidates` (e.g. checkpoint steps) before the first step of any
-        open warning or critical alert: where a `rollback {}` without a step should go.
-        None if every candidate is at or after the breakdown began."""
+        """The latest of `candidates` (e.g. checkpoint steps) taken before the episode under
+        way began: the first step of any open warning or critical alert, less
+        `remediation.onset_margin` (an alert opens a few steps after its signal started
+        to move). Where a `rollback {}` without a step goes; None if every candidate is
+        at or after that."""
         self._check_open()
-        onset = min(
-            (a.step for a in self.store.open_alerts() if a.severity != "info"), default=None
-        )
+        onset = self.episode_start()
         ok = [c for c in candidates if onset is None or c < onset]
         return max(ok) if ok else None
+
+    def episode_start(self) -> int | None:
+        """Where the episode of the open warning/critical alerts began (None: no episode)."""
+        first = min(
+            (a.step for a in self.store.open_alerts() if a.severity != "info"), default=None
+        )
+        return None if first is None else first - self.cfg.remediation.onset_margin
 
     def truncate_after(self, step: int) -> dict[str, int]:
         """Drop scalars, histograms and alerts of steps > `step`, record it as an event,

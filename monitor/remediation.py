@@ -1,35 +1,43 @@
-"""The automatic remediation policy: from a diagnosis (alerts + current controls) to actions.
+"""The automatic remediation policy: act on breakdowns, not on levels.
 
-DESIGN.md's table, from the paper's recipes (arXiv 2512.01374):
+Two tiers, from the paper's recipes (arXiv 2512.01374):
 
-| diagnosis | action |
+- A precursor (warning) moves the run back to a recommended setting it is not in, and
+  nothing else: IS correction on when it is off (TIS, cap 5), clipping on when it is off,
+  routing replay when an off-policy MoE run has none, length normalisation off. A run
+  already in the recommended setting is left alone on a warning; an info alert (a level,
+  e.g. a mismatch constant since step 1) is never acted on.
+- A breakdown (critical: joint precursors, the outcome falling, non-finite values) rolls
+  back to the last healthy checkpoint before the episode and applies the fix for the
+  factor the alert blames (the one that moved first, or a setting that moved):
+
+| blamed factor | fix |
 |---|---|
-| train-inference mismatch, IS off | set_is_correction on (token TIS, cap 5) |
-| train-inference mismatch, TIS on | tighten the cap (×0.5, down to 2), then IcePop band |
-| routing mismatch, off-policy | R2 at ≤ 2 mini-batches, else R3; R2 → R3 if it persists |
-| routing mismatch, on-policy | nothing: R2 is a no-op and R3 brings no gain on-policy |
-| staleness | clipping on (ε 0.2/0.27); if on, halve the mini-batches |
-| approximation residual | length norm off, else IS on, else clipping on, else fewer mini-batches |
-| any alert while length normalisation is on | set_length_norm off |
-| collapse (critical outcome, entropy, | rollback, the fix for the breakdown alert that |
-| grad-norm, length or non-finite alert) | opened first, scale_lr ×0.5 |
+| train_inference | IS on; if on, tighten the TIS cap (×0.5, down to 2), then IcePop [0.5, 5] |
+| staleness | clipping on; if on, halve the mini-batches per rollout |
+| routing | off-policy: R2 at ≤ 2 mini-batches, else R3 (R2 → R3); on-policy: the IS fix |
+| approximation | length norm off, else IS on, else clipping on, else fewer mini-batches |
+| optimisation | cap the learning rate at half its pre-episode value for the rest of the run |
 
-The policy is a pure function of its inputs (alerts, controls, the action history), so a
-resumed run keeps its limits: at most `max_attempts` automatic actions per kind
-(`max_rollbacks` rollbacks), `cooldown_steps` between two of a kind, never a duplicate of
-a pending action. It does not apply anything (the trainer does) nor store anything
-(Monitor does); `decide` returns the actions and, in `skipped`, what the limits held back.
+A fix that did not hold — another breakdown after it — escalates: the next critical
+finds the run in the changed setting and takes the next step of the same recipe (a
+tighter cap, IcePop, fewer mini-batches, a lower cap). The policy is a pure function of
+its inputs (alerts, controls, the action history), so a resumed run keeps its limits: at
+most `max_attempts` automatic actions per kind (`max_rollbacks` rollbacks),
+`cooldown_steps` between two of a kind, never a duplicate of a pending action. It does
+not apply anything (the trainer does) nor store anything (Monitor does).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from monitor.config import RemediationConfig
 from monitor.records import Action, ActionDraft, Alert, severity_rank
 
-BREAKDOWN_FACTORS = ("train_inference", "staleness", "routing", "approximation")
+PRECURSOR_FACTORS = ("train_inference", "staleness", "routing", "approximation", "optimisation")
 
 
 class RemediationPolicy:
@@ -40,84 +48,79 @@ class RemediationPolicy:
         self.skipped: list[dict[str, Any]] = []
         """What the last `decide` held back, and why (Monitor records it as an event)."""
 
-    # ------------------------------------------------------------------ diagnosis
-    def fix(self, alert: Alert, controls: Mapping[str, Any]) -> list[ActionDraft]:
-        """The recipe for one breakdown alert, given the run's current controls."""
-        c = self.cfg
-        is_policy = controls.get("is_policy", "none")
+    # ------------------------------------------------------------------ the recipes
+    def settle(self, alert: Alert, controls: Mapping[str, Any]) -> list[ActionDraft]:
+        """A precursor's action: back to a recommended setting the run is not in, or none."""
+        c, why = self.cfg, f"{alert.detector} ({alert.severity}): {alert.message}"
         mini = int(controls.get("mini_batches", 1))
-        why = f"{alert.detector} ({alert.severity}): {alert.message}"
-        if alert.factor == "train_inference":
-            if is_policy == "none":
-                return [
-                    _d(
-                        "set_is_correction",
-                        {"enabled": True, "cap": c.tis_cap},
-                        f"{why} → IS correction is off: turn on token TIS (cap {c.tis_cap:g})",
-                        alert,
-                    )
-                ]
-            if is_policy in ("token_tis", "seq_tis"):
-                cap = float(controls.get("is_cap", c.tis_cap)) * c.cap_factor
-                if cap >= c.min_cap:
-                    return [
-                        _d(
-                            "set_is_policy",
-                            {"policy": is_policy, "cap": cap},
-                            f"{why} → IS is on: tighten the cap to {cap:g}",
-                            alert,
-                        )
-                    ]
-                band = list(c.icepop_band)
-                return [
-                    _d(
-                        "set_is_policy",
-                        {"policy": "icepop", "band": band},
-                        f"{why} → cap already tight: mask tokens outside {band} (IcePop)",
-                        alert,
-                    )
-                ]
-            return []  # masking already on: a human should look at the engines
-        if alert.factor == "staleness":
-            if not controls.get("clip", True):
-                return [
-                    _d(
-                        "set_clip",
-                        {"enabled": True, "eps_low": c.eps_low, "eps_high": c.eps_high},
-                        f"{why} → clipping is off: turn it on (ε {c.eps_low:g}/{c.eps_high:g})",
-                        alert,
-                    )
-                ]
-            if mini > 1:
-                return [
-                    _d(
-                        "set_mini_batches",
-                        {"n": mini // 2},
-                        f"{why} → clipping is on: halve the mini-batches {mini} → {mini // 2}",
-                        alert,
-                    )
-                ]
-            return []
-        if alert.factor == "routing":
-            mode = controls.get("routing_replay", "none")
-            if mini <= 1 or mode == "R3":
-                return []  # on-policy: R2 is a no-op and R3 brings no gain (paper)
-            target = "R3" if mode == "R2" or mini > 2 else "R2"
-            return [
-                _d(
-                    "set_routing_replay",
-                    {"mode": target},
-                    f"{why} → {mini} mini-batches per rollout: routing replay {target}",
-                    alert,
-                )
-            ]
-        if alert.factor == "approximation":
-            if is_policy == "none":
-                return self.fix(_as_factor(alert, "train_inference"), controls)
-            if not controls.get("clip", True) or mini > 1:
-                return self.fix(_as_factor(alert, "staleness"), controls)
+        if controls.get("length_norm", False):
+            return [_d("set_length_norm", {"enabled": False},
+                       f"{why} → length normalisation is on and breaks the first-order "
+                       "approximation: turn it off", alert)]  # fmt: skip
+        if alert.factor in ("train_inference", "approximation") and _is_off(controls):
+            return [_d("set_is_correction", {"enabled": True, "cap": c.tis_cap},
+                       f"{why} → IS correction is off: turn on token TIS (cap {c.tis_cap:g})",
+                       alert)]  # fmt: skip
+        if alert.factor in ("staleness", "approximation") and not controls.get("clip", True):
+            return [_d("set_clip", {"enabled": True, "eps_low": c.eps_low, "eps_high": c.eps_high},
+                       f"{why} → clipping is off: turn it on (ε {c.eps_low:g}/{c.eps_high:g})",
+                       alert)]  # fmt: skip
+        if alert.factor == "routing" and mini > 1 and controls.get("routing_replay") == "none":
+            mode = "R2" if mini <= 2 else "R3"
+            return [_d("set_routing_replay", {"mode": mode},
+                       f"{why} → {mini} mini-batches per rollout without routing replay: "
+                       f"{mode}", alert)]  # fmt: skip
         return []
 
+    def fix(self, alert: Alert, controls: Mapping[str, Any]) -> list[ActionDraft]:
+        """The repair for a breakdown blamed on `alert.factor`, given the current controls."""
+        c, why = self.cfg, f"{alert.detector} ({alert.severity}): {alert.message}"
+        settled = self.settle(alert, controls)
+        if settled:
+            return settled
+        mini = int(controls.get("mini_batches", 1))
+        policy = controls.get("is_policy", "none")
+        if alert.factor == "train_inference" and policy in ("token_tis", "seq_tis"):
+            cap = float(controls.get("is_cap", c.tis_cap)) * c.cap_factor
+            if cap >= c.min_cap:
+                return [_d("set_is_policy", {"policy": policy, "cap": cap},
+                           f"{why} → tighten the IS cap to {cap:g}", alert)]  # fmt: skip
+            band = list(c.icepop_band)
+            return [_d("set_is_policy", {"policy": "icepop", "band": band},
+                       f"{why} → the cap is tight already: mask tokens outside {band} (IcePop)",
+                       alert)]  # fmt: skip
+        if alert.factor in ("staleness", "approximation") and mini > 1:
+            return [_d("set_mini_batches", {"n": mini // 2},
+                       f"{why} → halve the mini-batches per rollout {mini} → {mini // 2}",
+                       alert)]  # fmt: skip
+        if alert.factor == "routing":
+            if mini > 1 and controls.get("routing_replay") == "R2":
+                return [_d("set_routing_replay", {"mode": "R3"},
+                           f"{why} → R2 did not hold: replay the rollout's routes (R3)",
+                           alert)]  # fmt: skip
+            return self.fix(replace(alert, factor="train_inference"), controls)
+        if alert.factor == "optimisation":
+            return [self._lower_lr(alert, controls, why)]
+        return []
+
+    def _lower_lr(self, alert: Alert, controls: Mapping[str, Any], why: str) -> ActionDraft:
+        """Cap the lr at lr_factor × its pre-episode value (the baseline of a rising-lr
+        alert, else the current lr; a cap already set is lowered from)."""
+        c = self.cfg
+        lr = controls.get("lr")
+        if alert.metric == "optim/lr" and alert.baseline == alert.baseline:  # not NaN
+            lr = alert.baseline
+        if controls.get("lr_cap") is not None:
+            lr = min(float(lr), float(controls["lr_cap"])) if lr is not None else None
+        if lr is None:
+            return _d("scale_lr", {"factor": c.lr_factor},
+                      f"{why} → lower the learning rate ×{c.lr_factor:g}", alert)  # fmt: skip
+        cap = float(lr) * c.lr_factor
+        return _d("set_lr_cap", {"lr": cap},
+                  f"{why} → cap the learning rate at {cap:.3g} for the rest of the run "
+                  f"({c.lr_factor:g}× its pre-episode {float(lr):.3g})", alert)  # fmt: skip
+
+    # ------------------------------------------------------------------ decisions
     def decide(
         self,
         step: int,
@@ -127,61 +130,39 @@ class RemediationPolicy:
         open_alerts: Sequence[Alert] = (),
     ) -> list[ActionDraft]:
         """Actions for this step's new `alerts`, within the limits set by `history`.
-
-        `open_alerts` (still open, any step) tell which factor broke first when a
-        collapse needs a rollback plus a fix.
-        """
+        `open_alerts` (still open, any step) tell which precursor came first when a
+        breakdown alert blames an outcome."""
         c = self.cfg
         self.skipped = []
-        floor = severity_rank(c.min_severity)
+        floor = max(severity_rank(c.min_severity), severity_rank("warning"))
         eligible = [a for a in alerts if severity_rank(a.severity) >= floor]
         drafts: list[ActionDraft] = []
-        if eligible and controls.get("length_norm", False):
-            drafts.append(
-                _d(
-                    "set_length_norm",
-                    {"enabled": False},
-                    f"{eligible[0].detector}: length normalisation is on and breaks the"
-                    " first-order approximation (paper): turn it off",
-                    eligible[0],
-                )
-            )
-        collapse = [
+        crash = [
             a for a in eligible if a.severity == "critical" and a.detector in c.collapse_detectors
         ]
-        if collapse:
-            a = collapse[0]
-            drafts.append(
-                _d(
-                    "rollback",
-                    {},
-                    f"{a.detector} (critical): {a.message} → collapse"
-                    " under way: roll back to the last healthy checkpoint",
-                    a,
-                )
-            )
-            first = sorted(
-                (o for o in [*open_alerts, *eligible] if o.factor in BREAKDOWN_FACTORS),
-                key=lambda o: (o.step, o.id),
-            )
-            for broken in first:
-                fixes = self.fix(broken, controls)
-                if fixes:
-                    drafts += fixes
-                    break
-            else:
-                drafts += self.fix(_as_factor(a, "approximation"), controls)
-            drafts.append(
-                _d(
-                    "scale_lr",
-                    {"factor": c.lr_factor},
-                    f"{a.detector} (critical): collapse → lower the learning rate ×{c.lr_factor:g}",
-                    a,
-                )
-            )
+        if crash:
+            a = crash[0]
+            blamed = self._blame(a, open_alerts)
+            drafts.append(_d("rollback", {},
+                             f"{a.detector} (critical): {a.message} → breakdown: roll back to "
+                             "the last healthy checkpoint before the episode", a))  # fmt: skip
+            drafts += self.fix(blamed, controls)
         for a in eligible:
-            drafts += self.fix(a, controls)
+            if a.severity == "warning" and a.factor in PRECURSOR_FACTORS:
+                drafts += self.settle(a, controls)
         return self._within_limits(step, drafts, history)
+
+    @staticmethod
+    def _blame(alert: Alert, open_alerts: Sequence[Alert]) -> Alert:
+        """The alert to fix: a breakdown names its factor; an outcome or non-finite alert
+        is fixed for the precursor that opened first, else as an optimisation failure."""
+        if alert.factor in PRECURSOR_FACTORS and alert.detector == "breakdown":
+            return alert
+        first = sorted(
+            (o for o in open_alerts if o.factor in PRECURSOR_FACTORS and o.severity != "info"),
+            key=lambda o: (o.step, o.id),
+        )
+        return first[0] if first else replace(alert, factor="optimisation")
 
     # ------------------------------------------------------------------ limits
     def _within_limits(
@@ -212,12 +193,9 @@ class RemediationPolicy:
         return out
 
 
+def _is_off(controls: Mapping[str, Any]) -> bool:
+    return controls.get("is_policy", "none") == "none" and controls.get("variant") != "reinforce"
+
+
 def _d(kind: str, params: dict[str, Any], reason: str, alert: Alert) -> ActionDraft:
     return ActionDraft(kind=kind, params=params, reason=reason, alert_id=alert.id)
-
-
-def _as_factor(alert: Alert, factor: str) -> Alert:
-    """The same alert read as blaming `factor` (to reuse that factor's recipe)."""
-    from dataclasses import replace
-
-    return replace(alert, factor=factor)  # type: ignore[arg-type]

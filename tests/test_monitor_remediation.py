@@ -20,10 +20,10 @@ CONTROLS = {
 
 
 def alert(
-    detector="train_inference_kl", factor="train_inference", severity="warning", step=10, id=1
+    detector="mismatch_kl", factor="train_inference", severity="warning", step=10, id=1, value=1.0
 ):
     return Alert(
-        detector=detector, severity=severity, metric="m", value=1.0, baseline=0.1, window=50,
+        detector=detector, severity=severity, metric="m", value=value, baseline=0.1, window=50,
         factor=factor, message="m = 1 (10× baseline)", remedy="r", id=id, step=step,
     )  # fmt: skip
 
@@ -38,70 +38,84 @@ def with_(**kw):
     return {**CONTROLS, **kw}
 
 
-def test_train_inference_mismatch_turns_is_on_then_tightens_then_masks():
+def crit(factor: str, detector: str = "breakdown", **kw) -> Alert:
+    return alert(detector, factor, "critical", **kw)
+
+
+def test_a_precursor_only_restores_a_recommended_setting():
     assert decide([alert()])[0] == [("set_is_correction", {"enabled": True, "cap": 5.0})]
-    on = with_(is_policy="token_tis", is_cap=5.0)
-    assert decide([alert()], on)[0] == [("set_is_policy", {"policy": "token_tis", "cap": 2.5})]
-    tight = with_(is_policy="seq_tis", is_cap=2.5)  # 2.5 × 0.5 < min_cap 2 → band masking
-    assert decide([alert()], tight)[0] == [
-        ("set_is_policy", {"policy": "icepop", "band": [0.5, 5.0]})
-    ]
-    assert decide([alert()], with_(is_policy="icepop"))[0] == []  # nothing left to automate
-
-
-def test_routing_replay_by_off_policy_degree():
+    # already corrected: a warning alone changes nothing (no tightening on a precursor)
+    assert decide([alert()], with_(is_policy="token_tis"))[0] == []
+    s = alert("staleness_kl", "staleness")
+    clip_on = ("set_clip", {"enabled": True, "eps_low": 0.2, "eps_high": 0.27})
+    assert decide([s], with_(clip=False, mini_batches=4))[0] == [clip_on]
+    assert decide([s], with_(mini_batches=4))[0] == []
     r = alert("routing_stale", "routing")
     assert decide([r], with_(mini_batches=1))[0] == []  # on-policy: R2 no-op, R3 no gain
     assert decide([r], with_(mini_batches=2))[0] == [("set_routing_replay", {"mode": "R2"})]
     assert decide([r], with_(mini_batches=4))[0] == [("set_routing_replay", {"mode": "R3"})]
-    assert decide([r], with_(mini_batches=8))[0] == [("set_routing_replay", {"mode": "R3"})]
-    upgrade = with_(mini_batches=2, routing_replay="R2")  # R2 did not suffice
-    assert decide([r], upgrade)[0] == [("set_routing_replay", {"mode": "R3"})]
-    assert decide([r], with_(mini_batches=4, routing_replay="R3"))[0] == []
-
-
-def test_staleness_turns_clipping_on_then_halves_mini_batches():
-    s = alert("staleness_kl", "staleness")
-    clip_on = ("set_clip", {"enabled": True, "eps_low": 0.2, "eps_high": 0.27})
-    assert decide([s], with_(clip=False, mini_batches=4))[0] == [clip_on]
-    assert decide([s], with_(mini_batches=4))[0] == [("set_mini_batches", {"n": 2})]
-    assert decide([s], with_(mini_batches=1))[0] == []
-
-
-def test_approximation_residual_and_length_normalisation():
-    a = alert("approx_residual", "approximation")
-    assert decide([a])[0] == [("set_is_correction", {"enabled": True, "cap": 5.0})]
-    assert decide([a], with_(is_policy="token_tis", mini_batches=4))[0] == [
-        ("set_mini_batches", {"n": 2})
-    ]
-    # length normalisation is switched off on any alert, before the factor's own fix
+    assert decide([r], with_(mini_batches=4, routing_replay="R2"))[0] == []
+    assert decide([alert("grad_norm", "optimisation")])[0] == []
+    # length normalisation breaks the approximation: off on any precursor
     got = decide([alert()], with_(length_norm=True))[0]
-    assert got == [
-        ("set_length_norm", {"enabled": False}),
-        ("set_is_correction", {"enabled": True, "cap": 5.0}),
+    assert got == [("set_length_norm", {"enabled": False})]
+
+
+def test_a_breakdown_rolls_back_and_fixes_its_factor_escalating_each_time():
+    rollback = ("rollback", {})
+    ti = crit("train_inference")
+    assert decide([ti])[0] == [rollback, ("set_is_correction", {"enabled": True, "cap": 5.0})]
+    on = with_(is_policy="token_tis", is_cap=5.0)
+    assert decide([ti], on)[0] == [rollback, ("set_is_policy", {"policy": "token_tis", "cap": 2.5})]
+    tight = with_(is_policy="seq_tis", is_cap=2.5)  # 2.5 × 0.5 < min_cap 2 → band masking
+    assert decide([ti], tight)[0] == [
+        rollback,
+        ("set_is_policy", {"policy": "icepop", "band": [0.5, 5.0]}),
     ]
+    assert decide([ti], with_(is_policy="icepop"))[0] == [rollback]  # nothing left to automate
+    st = crit("staleness")
+    assert decide([st], with_(mini_batches=8))[0] == [rollback, ("set_mini_batches", {"n": 4})]
+    assert decide([st], with_(clip=False, mini_batches=8))[0][1][0] == "set_clip"
+    ro = crit("routing")
+    assert decide([ro], with_(mini_batches=4))[0][1] == ("set_routing_replay", {"mode": "R3"})
+    assert decide([ro], with_(mini_batches=2, routing_replay="R2"))[0][1] == (
+        "set_routing_replay",
+        {"mode": "R3"},
+    )
+    on_policy = decide([ro], with_(is_policy="token_tis", is_cap=5.0))[0]
+    assert on_policy[1] == ("set_is_policy", {"policy": "token_tis", "cap": 2.5})
+    ap = crit("approximation")
+    assert decide([ap], with_(is_policy="token_tis", mini_batches=4))[0][1] == (
+        "set_mini_batches",
+        {"n": 2},
+    )
 
 
-def test_collapse_rolls_back_fixes_the_factor_that_broke_first_and_lowers_lr():
+def test_an_optimisation_breakdown_caps_the_lr_at_half_its_pre_episode_value():
+    lr_rise = Alert(detector="lr_rise", severity="warning", metric="optim/lr", value=1e-3,
+                    baseline=2e-4, window=30, factor="optimisation", message="lr rose",
+                    remedy="r", id=5, step=48)  # fmt: skip
+    cause = crit("optimisation", value=3.0)
+    kinds, _ = decide([cause], with_(lr=1e-3), open_alerts=[lr_rise])
+    assert kinds == [("rollback", {}), ("set_lr_cap", {"lr": 5e-4})]  # no baseline: 0.5 × lr
+    kinds, _ = decide([lr_rise.__class__(**{**vars(lr_rise), "severity": "critical",
+                                             "detector": "breakdown", "id": 6})],
+                      with_(lr=1e-3))  # fmt: skip
+    assert kinds == [("rollback", {}), ("set_lr_cap", {"lr": 1e-4})]  # 0.5 × the baseline 2e-4
+    kinds, _ = decide([cause], with_(lr=1e-3, lr_cap=4e-4))  # a cap already: lowered from it
+    assert kinds == [("rollback", {}), ("set_lr_cap", {"lr": 2e-4})]
+
+
+def test_outcome_and_nonfinite_alerts_fix_the_precursor_that_opened_first():
     early_routing = alert("routing_stale", "routing", step=3, id=1)
-    later_is = alert("train_inference_kl", "train_inference", step=7, id=2)
-    crash = alert("reward_collapse", "outcome", "critical", step=10, id=3)
+    later_is = alert("mismatch_kl", "train_inference", step=7, id=2)
+    crash = crit("outcome", "reward_collapse", step=10, id=3)
     kinds, _ = decide([crash], with_(mini_batches=4), open_alerts=[later_is, early_routing])
-    assert kinds == [
-        ("rollback", {}),
-        ("set_routing_replay", {"mode": "R3"}),  # routing opened first (step 3)
-        ("scale_lr", {"factor": 0.5}),
-    ]
-    # no breakdown alert open: the approximation recipe (IS off → IS on)
-    kinds, _ = decide([alert("nonfinite", "optimisation", "critical")])
-    assert kinds == [
-        ("rollback", {}),
-        ("set_is_correction", {"enabled": True, "cap": 5.0}),
-        ("scale_lr", {"factor": 0.5}),
-    ]
-    # a warning from a collapse detector is not a collapse; nor is a critical breakdown
+    assert kinds == [("rollback", {}), ("set_routing_replay", {"mode": "R3"})]
+    kinds, _ = decide([crit("optimisation", "nonfinite")], with_(lr=2e-4))
+    assert kinds == [("rollback", {}), ("set_lr_cap", {"lr": 1e-4})]
+    # a warning from a collapse detector is not a collapse
     assert decide([alert("reward_collapse", "outcome", "warning")])[0] == []
-    assert decide([alert(severity="critical")])[0][0][0] == "set_is_correction"
 
 
 def test_info_alerts_never_act():
@@ -122,9 +136,9 @@ def test_limits_pending_attempts_cooldown_and_rollbacks():
     three = [past("set_is_correction", s, id=i) for i, s in enumerate([0, 100, 200])]
     kinds, skipped = decide(a, history=three, step=400)
     assert kinds == [] and "limit of 3" in skipped[0]["why"]
-    kinds, skipped = decide(a, history=[past("set_is_correction", 0)], step=49)
+    kinds, skipped = decide(a, history=[past("set_is_correction", 0)], step=14)
     assert kinds == [] and "cooldown" in skipped[0]["why"]
-    assert decide(a, history=[past("set_is_correction", 0)], step=50)[0] != []
+    assert decide(a, history=[past("set_is_correction", 0)], step=15)[0] != []
     # requests from the dashboard do not use up the policy's attempts
     assert decide(
         a, history=[past("set_is_correction", s, source="dashboard") for s in (0, 1, 2)], step=300
@@ -133,7 +147,7 @@ def test_limits_pending_attempts_cooldown_and_rollbacks():
     two = [past("rollback", 0, id=1), past("rollback", 100, id=2)]
     kinds, skipped = decide(crash, history=two, step=500)
     assert ("rollback", {}) not in kinds and any("rollback" in s["why"] for s in skipped)
-    assert ("scale_lr", {"factor": 0.5}) in kinds  # the rest of the recipe still goes
+    assert ("set_lr_cap", {"lr": 1.5e-4}) in kinds  # the rest of the recipe still goes
 
 
 def _healthy_step(i: int, kl: float) -> dict[str, float]:
@@ -170,22 +184,20 @@ def test_monitor_loop_acts_applies_and_audits(tmp_path):
         for action in mon.pending_actions():  # the trainer's side of the contract
             mon.resolve(action.id, "applied", f"applied at step {i}")
             applied.append((i, action.kind, action.params))
-    assert applied == [
-        (43, "set_is_correction", {"enabled": True, "cap": 5.0}),
-        (103, "set_is_policy", {"policy": "token_tis", "cap": 2.5}),
-        (163, "set_is_policy", {"policy": "icepop", "band": [0.5, 5.0]}),
-    ]
-    assert mon.controls["is_policy"] == "icepop" and mon.controls["is_band"] == [0.5, 5.0]
+    # the first precursor turns IS correction on; the later ones find the run in the
+    # recommended setting and leave it alone (a warning never tightens anything)
+    assert applied == [(43, "set_is_correction", {"enabled": True, "cap": 5.0})]
+    assert mon.controls["is_policy"] == "token_tis"
     mon.close()
     with RunReader(tmp_path / "r") as r:
         actions = r.actions()
-        assert [a.status for a in actions] == ["applied"] * 3
+        assert [a.status for a in actions] == ["applied"]
         alerts = {a.id: a for a in r.alerts()}
         for a in actions:
             assert a.source == "policy" and a.alert_id in alerts
             assert alerts[a.alert_id].detector == "mismatch_kl_k1"
             assert a.reason.startswith("mismatch_kl_k1 (warning)")
-        assert r.meta().controls["is_policy"] == "icepop"
+        assert r.meta().controls["is_policy"] == "token_tis"
 
 
 def test_limits_survive_a_resume(tmp_path):
@@ -220,6 +232,7 @@ def test_every_kind_validates_and_applies_to_controls():
         "set_mini_batches": ({"n": 2}, {"mini_batches": 2}),
         "set_length_norm": ({"enabled": True}, {"length_norm": True}),
         "scale_lr": ({"factor": 0.5}, {"lr": 3e-4 * 0.5}),
+        "set_lr_cap": ({"lr": 1e-4}, {"lr_cap": 1e-4}),
         "rollback": ({"step": 40}, {}),
         "stop": ({}, {}),
     }  # fmt: skip
@@ -267,6 +280,7 @@ def test_last_healthy_checkpoint_is_before_the_first_open_alert(tmp_path):
     assert mon.last_healthy_step([20, 40, 60, 80]) == 80  # the precursor cleared at 75
     for i in range(100, 130):
         mon.log(i, _healthy_step(i, 0.05 if i >= 110 else 1e-3))  # open from 113
-    assert mon.last_healthy_step([20, 40, 100, 110, 113, 120]) == 110
-    assert mon.last_healthy_step([113, 120]) is None
+    # the episode began 5 steps (onset_margin) before the alert: 108
+    assert mon.last_healthy_step([20, 40, 100, 107, 108, 120]) == 107
+    assert mon.last_healthy_step([108, 120]) is None
     mon.close()

@@ -85,6 +85,7 @@ def controls_from_data(data: dict[str, Any]) -> Controls:
         mini_batches=int(data["mini_batches"]),
         routing_replay=data["routing_replay"],
         lr_scale=float(data["lr_scale"]),
+        lr_cap=data.get("lr_cap"),
     )
 
 
@@ -96,4 +97,5 @@ def _controls_to_data(controls: Controls) -> dict[str, Any]:
         "mini_batches": controls.mini_batches,
         "routing_replay": controls.routing_replay,
         "lr_scale": controls.lr_scale,
+        "lr_cap": controls.lr_cap,
     }

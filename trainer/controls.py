@@ -32,6 +32,8 @@ class Controls:
     mini_batches: int
     routing_replay: ReplayMode
     lr_scale: float = 1.0
+    lr_cap: float | None = None
+    """The learning rate never exceeds this, whatever the schedule (set by remediation)."""
 
     def for_monitor(self, base_lr: float, moe: bool) -> dict[str, Any]:
         """The `controls` dict the remediation policy reasons about (Monitor's keys)."""
@@ -48,6 +50,7 @@ class Controls:
             "mini_batches": self.mini_batches,
             "length_norm": c.length_norm,
             "lr": base_lr * self.lr_scale,
+            "lr_cap": self.lr_cap,
             "moe": moe,
         }
 
