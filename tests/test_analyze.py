@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import statistics
 import subprocess
 import sys
@@ -14,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bench.browser import chromium_available, chromium_page, wait_until
 from monitor.analyze import analyze_run, find_onset, moved_at, running_median
 from monitor.config import MonitorConfig
 from monitor.monitor import Monitor
@@ -209,18 +209,20 @@ def test_cli_unknown_outcome_metric(collapsed_run):
 
 @pytest.mark.browser
 @pytest.mark.skipif(
-    shutil.which("chromium") is None, reason="chromium missing: apt-get install -y chromium"
+    not chromium_available(),
+    reason="chromium or playwright missing: apt-get install -y chromium; the dev extra",
 )
 def test_html_report_renders_offline_in_a_real_browser(collapsed_run, tmp_path):
     from monitor.analyze_report import render_html
 
     report = tmp_path / "report.html"
     report.write_text(render_html(analyze_run(str(collapsed_run))))
-    dom = subprocess.run(
-        ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=10000",
-         "--dump-dom", report.as_uri()],
-        capture_output=True, text=True, timeout=120,
-    ).stdout  # fmt: skip
+    fetched: list[str] = []
+    with chromium_page() as page:
+        page.on("request", lambda request: fetched.append(request.url))
+        page.goto(report.as_uri())
+        drawn = "n => (k => k >= n && k)(document.querySelectorAll('.main-svg').length)"
+        wait_until(page, drawn, timeout_s=60, arg=3)
+        dom = page.content()
     assert dom.count('class="main-svg"') >= 3, dom[-2000:]  # Plotly drew the charts
+    assert all(url.startswith(("file:", "data:", "blob:")) for url in fetched), fetched
