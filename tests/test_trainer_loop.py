@@ -248,7 +248,12 @@ def test_stop_and_rollback_actions(tiny_config, monkeypatch):
     result = train(cfg, progress=False)
     reader = RunReader(cfg.resolved_run_dir)
     (rollback,) = reader.events(kind="rollback")
-    assert rollback.detail == {"step": 3, "to_step": 1}
+    assert {k: rollback.detail[k] for k in ("step", "to_step", "pos")} == {
+        "step": 3, "to_step": 1, "pos": 1
+    }
+    # verified: the restored policy's held-out accuracy beside the one evaluated there
+    assert 0.0 <= rollback.detail["eval_acc_after"] <= 1.0
+    assert rollback.detail["eval_acc_before"] == _series(cfg.resolved_run_dir, "eval/acc")[1][0]
     steps, _ = _series(cfg.resolved_run_dir, "reward/mean")
     assert steps == [1, 2, 3, 4, 5, 6]  # the rolled-back branch stays; steps go forward
     assert result.last_step == 6
@@ -257,6 +262,39 @@ def test_stop_and_rollback_actions(tiny_config, monkeypatch):
     _with_requests(monkeypatch, cfg2, 2, [("stop", {})])
     result = train(cfg2, progress=False)
     assert result.stopped == "stop action" and result.last_step == 2
+
+
+def test_rollback_restores_weights_optimizer_rng_and_data_position_exactly(
+    tiny_config, monkeypatch
+):
+    """Run A trains 4 steps. Run B trains 3, rolls back to its checkpoint of step 1, then
+    trains 3 more: its steps 4-6 replay A's positions 2-4 and must equal them exactly
+    (same prompts, sampling seeds, lr, RNG, weights and AdamW state)."""
+    from trainer.checkpoints import list_checkpoints, load_checkpoint
+
+    a = tiny_config(train={"steps": 4}, checkpoint_every=1, keep_checkpoints=10)
+    train(a, progress=False)
+    b = dataclasses.replace(
+        a, run_dir=str(a.resolved_run_dir) + "-b", train=dataclasses.replace(a.train, steps=6)
+    )
+    _with_requests(monkeypatch, b, 3, [("rollback", {"step": 1})])
+    train(b, progress=False)
+    for name in ("reward/mean", "optim/loss", "optim/grad_norm", "optim/lr", "mismatch/kl_k3",
+                 "policy/entropy", "response/len_mean"):  # fmt: skip
+        _, va = _series(a.resolved_run_dir, name)
+        steps, vb = _series(b.resolved_run_dir, name)
+        assert steps == [1, 2, 3, 4, 5, 6]
+        assert vb[3:] == va[1:], name  # bit for bit
+    ca = load_checkpoint(list_checkpoints(a.resolved_run_dir)[4])
+    cb = load_checkpoint(list_checkpoints(b.resolved_run_dir)[6])
+    assert (ca["pos"], cb["pos"]) == (4, 4)
+    for key, tensor in ca["policy"]["model"].items():
+        assert torch.equal(tensor, cb["policy"]["model"][key]), key
+    for slot, state in ca["policy"]["optimizer"]["state"].items():
+        for key, value in state.items():
+            assert torch.equal(torch.as_tensor(value), torch.as_tensor(
+                cb["policy"]["optimizer"]["state"][slot][key])), (slot, key)  # fmt: skip
+    assert torch.equal(ca["torch_rng"], cb["torch_rng"])
 
 
 def test_non_finite_batch_stops_cleanly_and_keeps_the_record(tiny_config, monkeypatch):

@@ -43,9 +43,18 @@ def list_checkpoints(run_dir: Path) -> dict[int, Path]:
 
 
 def save_checkpoint(
-    run_dir: Path, step: int, policy_state: dict[str, Any], controls: Controls, keep: int
+    run_dir: Path,
+    step: int,
+    policy_state: dict[str, Any],
+    controls: Controls,
+    keep: int,
+    *,
+    pos: int | None = None,
+    protect: frozenset[int] = frozenset(),
 ) -> Path:
-    """Write step_<step>.pt atomically, then keep only the `keep` most recent."""
+    """Write step_<step>.pt atomically, then keep only the `keep` most recent, and those
+    in `protect` (the healthy checkpoint a rollback of an open episode needs). `pos` is
+    the position in the data and the lr schedule (= step unless a rollback rewound it)."""
     folder = checkpoint_dir(run_dir)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"step_{step:06d}.pt"
@@ -53,14 +62,17 @@ def save_checkpoint(
     payload = {
         "format": FORMAT,
         "step": step,
+        "pos": step if pos is None else pos,
         "policy": policy_state,
         "controls": _controls_to_data(controls),
         "torch_rng": torch.get_rng_state(),
     }
     torch.save(payload, tmp)
     os.replace(tmp, path)
-    for old in list(list_checkpoints(run_dir))[:-keep]:
-        list_checkpoints(run_dir)[old].unlink(missing_ok=True)
+    existing = list_checkpoints(run_dir)
+    for old in list(existing)[:-keep]:
+        if old not in protect:
+            existing[old].unlink(missing_ok=True)
     return path
 
 

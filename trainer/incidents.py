@@ -52,9 +52,7 @@ class Incident:
         if self.step < 1:
             raise ValueError(f"incident step={self.step}: must be >= 1")
         if self.kind not in INCIDENT_KINDS:
-            raise ValueError(
-                f"incident kind={self.kind!r}: allowed: {', '.join(INCIDENT_KINDS)}"
-            )
+            raise ValueError(f"incident kind={self.kind!r}: allowed: {', '.join(INCIDENT_KINDS)}")
         if self.kind == SET_ROLLOUT_QUANT:
             allowed = get_args(WeightQuant)
             if set(self.params) != {"weight_quant"} or self.params["weight_quant"] not in allowed:

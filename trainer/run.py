@@ -8,8 +8,10 @@ engine (verified by the engine), evaluates held-out accuracy periodically, logs 
 `Monitor.log` per step, and checkpoints. It holds the engines only through their
 protocols (trainer/engines/base.py); factory.py picks the backends. `resume=True`
 continues from the last checkpoint with the store truncated to it, so no step is lost or
-logged twice. A rollback loads an earlier checkpoint but keeps counting steps forward:
-the rolled-back branch stays in the store as evidence.
+logged twice. A rollback restores an earlier checkpoint exactly (weights, optimiser,
+RNG, data position) but keeps counting steps forward: the rolled-back branch stays in the
+store as evidence. (Past 400 lines: the loop and its step-boundary handlers — incidents,
+actions, rollback, checkpoints — read best together.)
 """
 
 from __future__ import annotations
@@ -88,9 +90,9 @@ def train(
     task = make_task(cfg.task)
     policy = make_training_engine(start.path, cfg.engine, cfg.optim)
     controls = Controls(cfg.loss, cfg.train.mini_batches, cfg.train.routing_replay)
-    last = 0
+    last = pos = 0
     if resume:
-        last, controls = _resume_from_checkpoint(run_dir, policy)
+        last, pos, controls = _resume_from_checkpoint(run_dir, policy)
     (run_dir / CONFIG_FILE).write_text(dump_config(cfg))
     mon = Monitor(
         run_dir,
@@ -104,7 +106,7 @@ def train(
         resume=resume,
     )
     bar = Progress(last + 1, cfg.train.steps) if progress else NoProgress()
-    run = _Run(cfg, run_dir, mon, policy, task, controls, bar, step=last, logged=last)
+    run = _Run(cfg, run_dir, mon, policy, task, controls, bar, step=last, logged=last, pos=pos)
 
     # ---- the inference engine, step 0, the steps; a crash is recorded, then raised -------
     try:
@@ -141,9 +143,14 @@ class _Run:
     """The last step run (or being run)."""
     logged: int
     """The last step whose record is in the store."""
+    pos: int
+    """Position in the data and the lr schedule: the step's prompts, sampling seeds and lr
+    follow it. Equal to `step` until a rollback rewinds it to its checkpoint's (the step
+    counter keeps going forward, so the store keeps the rolled-back branch)."""
     engine: InferenceEngine | None = None
     """Made inside the crash guard, so that a failing start is recorded too."""
     evals: list[float] = field(default_factory=list)
+    eval_steps: list[int] = field(default_factory=list)
     partial: bool = False
     """Interrupted mid-step: that step is neither logged nor checkpointed."""
 
@@ -162,14 +169,15 @@ def _steps(run: _Run) -> str:
         if request is not None and request.kind == "rollback":
             _rollback(run, request)
         run.step += 1
-        run.policy.set_lr_scale(run.controls.lr_scale * tc.lr_scale(run.step - 1))
+        run.pos += 1
+        _set_lr(run)
 
         # ---- the MiniRL step -------------------------------------------------------------
-        examples = run.task.sample_train(tc.prompts_per_step, seed=f"{run.cfg.seed}:{run.step}")
+        examples = run.task.sample_train(tc.prompts_per_step, seed=f"{run.cfg.seed}:{run.pos}")
         try:
             result = rl_step(
                 examples, run.policy, run.engine, run.task, run.controls, run.cfg.sampling,
-                seed=run.cfg.seed * 1_000_003 + run.step,
+                seed=run.cfg.seed * 1_000_003 + run.pos,
                 advantage_baseline=tc.advantage_baseline,
                 advantage_std_norm=tc.advantage_std_norm,
                 diagnostics=tc.diagnostics,
@@ -204,7 +212,7 @@ def _start_inference(run: _Run, start: ColdStart, resume: bool) -> None:
     run.engine = make_inference_engine(start.path, run.cfg.engine)
     if resume:
         run.engine.update_weights(policy.model)
-    policy.set_lr_scale(run.controls.lr_scale * run.cfg.train.lr_scale(run.step))
+    _set_lr(run, next_step=False)
     if not resume:  # step 0: the cold-start policy's held-out accuracy
         acc = _evaluate(run)
         mon.log(0, acc)
@@ -219,8 +227,9 @@ def _close(run: _Run, stopped: str) -> None:
         run.engine.close()
 
 
-def _resume_from_checkpoint(run_dir: Path, policy: TrainingEngine) -> tuple[int, Controls]:
-    """Load the last checkpoint into `policy` and the torch RNG; (its step, its controls)."""
+def _resume_from_checkpoint(run_dir: Path, policy: TrainingEngine) -> tuple[int, int, Controls]:
+    """Load the last checkpoint into `policy` and the torch RNG; (its step, its data
+    position, its controls)."""
     ckpts = list_checkpoints(run_dir)
     if not ckpts:
         raise UserError(f"{run_dir}: no checkpoint to resume from")
@@ -228,7 +237,17 @@ def _resume_from_checkpoint(run_dir: Path, policy: TrainingEngine) -> tuple[int,
     payload = load_checkpoint(ckpts[last])
     policy.load_state_dict(payload["policy"])
     torch.set_rng_state(payload["torch_rng"])
-    return last, controls_from_data(payload["controls"])
+    return last, int(payload.get("pos", last)), controls_from_data(payload["controls"])
+
+
+def _set_lr(run: _Run, next_step: bool = True) -> None:
+    """lr = base × remediation's scale × the schedule at the data position, never above
+    remediation's cap (a cap holds whatever the schedule or a scripted ramp does)."""
+    c, base = run.controls, run.cfg.optim.lr
+    scale = c.lr_scale * run.cfg.train.lr_scale(run.pos - 1 if next_step else run.pos)
+    if c.lr_cap is not None:
+        scale = min(scale, c.lr_cap / base)
+    run.policy.set_lr_scale(scale)
 
 
 def _log(run: _Run, result: StepResult) -> None:
@@ -281,6 +300,7 @@ def _evaluate(run: _Run) -> dict[str, float]:
             policy.model, policy.tokenizer, run.task, cfg.eval, max_new_tokens=max_new
         )
     run.evals.append(acc["eval/acc"])
+    run.eval_steps.append(run.step)
     return acc
 
 
@@ -290,11 +310,18 @@ def _eval_due(step: int, cfg: RunConfig) -> bool:
 
 
 def _checkpoint(run: _Run) -> None:
-    """Save the policy, its optimiser and the controls at run.step; keep the newest few."""
+    """Save the policy, its optimiser, the controls and the data position at run.step;
+    keep the newest few and the healthy one an open episode would roll back to. The
+    checkpoint event says whether it was taken inside an episode (`healthy`)."""
+    mon = run.mon
+    protect = mon.last_healthy_step(list(list_checkpoints(run.run_dir)))
     path = save_checkpoint(
-        run.run_dir, run.step, run.policy.state_dict(), run.controls, run.cfg.keep_checkpoints
-    )
-    run.mon.event("checkpoint", {"step": run.step, "path": str(path)})
+        run.run_dir, run.step, run.policy.state_dict(), run.controls, run.cfg.keep_checkpoints,
+        pos=run.pos, protect=frozenset() if protect is None else frozenset({protect}),
+    )  # fmt: skip
+    healthy = mon.episode_start() is None
+    mon.event("checkpoint", {"step": run.step, "pos": run.pos, "path": str(path),
+                             "healthy": healthy})  # fmt: skip
 
 
 def _induce(run: _Run, incident: Incident) -> None:
@@ -349,8 +376,10 @@ def _apply_actions(run: _Run) -> Request | None:
 
 
 def _rollback(run: _Run, request: Request) -> None:
-    """Load the requested (or last healthy) checkpoint's weights and optimiser; the
-    controls stay as remediation set them, and the step counter keeps going forward."""
+    """Restore the requested (or last healthy) checkpoint exactly: weights, optimiser,
+    torch RNG and the data/lr position; the controls stay as remediation set them, and the
+    step counter keeps going forward. Verified by the held-out accuracy of the restored
+    policy against the last evaluation at or before the checkpoint (both in the event)."""
     ckpts = list_checkpoints(run.run_dir)
     mon, step = run.mon, run.step
     target = request.step if request.step is not None else mon.last_healthy_step(list(ckpts))
@@ -360,10 +389,22 @@ def _rollback(run: _Run, request: Request) -> None:
         return
     payload = load_checkpoint(ckpts[target])
     run.policy.load_state_dict(payload["policy"])
-    run.policy.set_lr_scale(run.controls.lr_scale)
+    torch.set_rng_state(payload["torch_rng"])
+    run.pos = int(payload.get("pos", target))
+    _set_lr(run, next_step=False)
     run.engine.update_weights(run.policy.model)
-    mon.event("rollback", {"step": step, "to_step": target})
-    run.bar.message(f"rolled back to the checkpoint of step {target} (at step {step})")
+    before = [a for s, a in zip(run.eval_steps, run.evals, strict=True) if s <= target]
+    after = evaluate(
+        run.engine, run.policy.tokenizer, run.task, run.cfg.eval,
+        max_new_tokens=run.cfg.sampling.max_new_tokens,
+    )["eval/acc"]  # fmt: skip
+    mon.event("rollback", {"step": step, "to_step": target, "pos": run.pos,
+                           "eval_acc_after": after,
+                           "eval_acc_before": before[-1] if before else None})  # fmt: skip
+    run.bar.message(
+        f"rolled back to the checkpoint of step {target} (at step {step}); held-out accuracy "
+        f"{after:.3f}" + (f" (was {before[-1]:.3f} there)" if before else "")
+    )
 
 
 def _diff(old: Controls, new: Controls) -> str:
