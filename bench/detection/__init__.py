@@ -1,0 +1,1 @@
+"""The detection benchmark: labelled runs (corpus), both monitors replayed, scores, report."""

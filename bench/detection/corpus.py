@@ -1,0 +1,219 @@
+"""The labelled runs the detection benchmark scores: lab incident runs and real public logs.
+
+Every run is a list of (step, {metric: value}) in our canonical names, plus what is known
+about it. Two sources, both committed so the benchmark is reproducible without a GPU:
+
+- `bench/data/lab/<config>/seed<k>.jsonl.gz`: runs of `configs/lab/incidents/` exported
+  from their run stores (`export_lab_run`): a header line (config, seed, the scripted
+  incidents with their steps, the induced cause as a factor), then one line per step.
+- `bench/data/real/<id>.jsonl`: public per-step logs of other trainers (verl, TRL, ...),
+  names mapped through `monitor.importers.names.canonical_name`; `SOURCES.md` cites each.
+
+Labels come from outcomes only, by one written rule for every run: `monitor.analyze`'s
+collapse onset on the first outcome metric present (training accuracy, reward, held-out
+accuracy). A lab run with an incident that did not collapse is `survived`: its alerts are
+reported apart, as neither hits nor false alarms. The tuning/report split is fixed before
+any result: lab seed 0 tunes, seeds ≥ 1 report; a real run tunes when the first byte of
+sha1(its source repository) is even, so all runs of one source sit on the same side.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from bench import REPO
+from monitor.analyze import OUTCOME_METRICS, find_onset
+from monitor.config import MonitorConfig
+from monitor.importers.names import canonical_name
+from monitor.reader import RunReader
+
+DATA = REPO / "bench" / "data"
+Stream = list[tuple[int, dict[str, float]]]
+Label = Literal["collapse", "stable", "survived"]
+
+CAUSES = {  # incident kind -> the factor of the IS weight (or the optimiser) it induces
+    "scale_lr": "optimisation",
+    "set_mini_batches": "staleness",
+    "set_clip": "staleness",
+    "set_rollout_quant": "train_inference",
+    "set_is_correction": "train_inference",
+    "set_is_policy": "train_inference",
+    "set_routing_replay": "routing",
+    "set_length_norm": "approximation",
+}
+
+
+@dataclass
+class Run:
+    name: str
+    group: Literal["lab", "real"]
+    split: Literal["tune", "report"]
+    stream: Stream
+    cause: str | None = None
+    """The induced factor (lab incident runs), or a cause the source states (real)."""
+    incident_step: int | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    label: Label = "stable"
+    onset: int | None = None
+    outcome: str | None = None
+
+    @property
+    def steps(self) -> int:
+        return len(self.stream)
+
+
+# ---------------------------------------------------------------------------- labels
+def label_run(run: Run) -> Run:
+    """Set `label`, `onset` and `outcome` by the one rule (module docstring)."""
+    series: dict[str, tuple[list[int], list[float]]] = {}
+    for step, values in run.stream:
+        for name in OUTCOME_METRICS:
+            if name in values:
+                series.setdefault(name, ([], []))[0].append(step)
+                series[name][1].append(values[name])
+    rules = MonitorConfig().detectors
+    for name in OUTCOME_METRICS:
+        if name in series and np.isfinite(series[name][1]).sum() >= 20:
+            rule = rules.eval_collapse if name == "eval/acc" else rules.reward_collapse
+            s, v = (np.asarray(x, dtype=float) for x in series[name])
+            onset = find_onset(s, v, name, rule)
+            run.outcome, run.onset = name, (onset.step if onset else None)
+            break
+    if run.onset is None and _diverged(run.stream) is not None:
+        run.onset = _diverged(run.stream)
+    if run.onset is not None:
+        run.label = "collapse"
+    else:
+        run.label = "survived" if run.incident_step is not None else "stable"
+    return run
+
+
+def _diverged(stream: Stream) -> int | None:
+    """First step from which the loss or gradient norm stays non-finite to the end."""
+    bad = [
+        any(not math.isfinite(v.get(m, 0.0)) for m in ("optim/loss", "optim/grad_norm"))
+        for _, v in stream
+    ]
+    if not bad or not bad[-1]:
+        return None
+    i = len(bad) - 1
+    while i > 0 and bad[i - 1]:
+        i -= 1
+    return stream[i][0]
+
+
+# ---------------------------------------------------------------------------- lab runs
+def export_lab_run(run_dir: Path, out: Path, config: str, seed: int) -> None:
+    """One lab run store -> a header line plus one JSON line per step, gzipped."""
+    with RunReader(run_dir) as reader, reader.snapshot():
+        series = reader.scalars(reader.metric_names())
+        incidents = [{"step": (e.step or 0) + 1, **e.detail} for e in reader.events("incident")]
+    steps: dict[int, dict[str, float]] = {}
+    for name, (s, v) in series.items():
+        if name.startswith("perf/"):
+            continue
+        for step, value in zip(s.tolist(), v.tolist(), strict=True):
+            steps.setdefault(step, {})[name] = value
+    header = {"config": config, "seed": seed, "incidents": incidents}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(out, "wt") as f:
+        f.write(json.dumps(header) + "\n")
+        for step in sorted(steps):
+            row = {k: (v if math.isfinite(v) else str(v)) for k, v in steps[step].items()}
+            f.write(json.dumps({"step": step, **row}, sort_keys=True) + "\n")
+
+
+def lab_runs(folder: Path = DATA / "lab") -> list[Run]:
+    runs = []
+    for path in sorted(folder.glob("*/seed*.jsonl.gz")):
+        with gzip.open(path, "rt") as f:
+            header = json.loads(f.readline())
+            stream = [_row(json.loads(line)) for line in f]
+        incidents = header["incidents"]
+        first = min((i["step"] for i in incidents), default=None)
+        causes = {CAUSES.get(i["kind"]) for i in incidents} - {None}
+        runs.append(
+            label_run(
+                Run(
+                    name=f"lab/{header['config']}/seed{header['seed']}",
+                    group="lab",
+                    split="tune" if header["seed"] == 0 else "report",
+                    stream=stream,
+                    cause=causes.pop() if len(causes) == 1 else None,
+                    incident_step=first,
+                    meta=header,
+                )
+            )
+        )
+    return runs
+
+
+def _row(obj: dict[str, Any]) -> tuple[int, dict[str, float]]:
+    step = int(obj.pop("step"))
+    return step, {k: float(v) for k, v in obj.items()}
+
+
+# ---------------------------------------------------------------------------- real runs
+def real_runs(folder: Path = DATA / "real") -> list[Run]:
+    labels = json.loads((folder / "labels.json").read_text())
+    runs = []
+    for run_id, info in sorted(labels.items()):
+        stream: Stream = []
+        for line in (folder / f"{run_id}.jsonl").read_text().splitlines():
+            if not line.strip():
+                continue
+            obj = json.loads(line)
+            step = obj.pop("step", None)
+            if not isinstance(step, int | float):
+                continue
+            values = {}
+            for name, value in obj.items():
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    values[canonical_name(name)] = float(value)
+            stream.append((int(step), values))
+        stream.sort(key=lambda pair: pair[0])
+        _outcome_alias(stream, info.get("outcome_metric"))
+        repo = _repository(info.get("source", run_id))
+        runs.append(
+            label_run(
+                Run(
+                    name=f"real/{run_id}",
+                    group="real",
+                    split="tune" if hashlib.sha1(repo.encode()).digest()[0] % 2 == 0 else "report",
+                    stream=stream,
+                    meta={**info, "repository": repo},
+                )
+            )
+        )
+    return runs
+
+
+def _outcome_alias(stream: Stream, outcome: str | None) -> None:
+    """A source's outcome column under our name, when it is not mapped already (e.g. a
+    custom accuracy column): the labelling rule reads OUTCOME_METRICS only."""
+    if not outcome:
+        return
+    ours = canonical_name(outcome)
+    if ours in OUTCOME_METRICS:
+        return
+    target = "reward/acc" if "acc" in outcome else "reward/mean"
+    for _, values in stream:
+        if ours in values and target not in values:
+            values[target] = values[ours]
+
+
+def _repository(source: str) -> str:
+    """'github.com/owner/name, path' -> 'owner/name' (the unit of the split)."""
+    text = source.split(",")[0].strip().strip("`")
+    parts = [p for p in text.replace("https://", "").split("/") if p]
+    if parts and parts[0] == "github.com":
+        parts = parts[1:]
+    return "/".join(parts[:2]) or source
