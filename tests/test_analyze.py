@@ -6,19 +6,17 @@ from __future__ import annotations
 import json
 import math
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from torchless_cli import run_cli
 
 from bench.browser import chromium_available, chromium_page, wait_until
 from monitor.analyze import analyze_run, find_onset, moved_at, running_median
 from monitor.config import MonitorConfig
 from monitor.monitor import Monitor
 
-ROOT = Path(__file__).resolve().parents[1]
 RULE = MonitorConfig().detectors.reward_collapse
 
 
@@ -157,19 +155,9 @@ def test_a_healthy_run_has_no_onset(tmp_path):
     assert any("no collapse" in n for n in a.notes)
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    code = (
-        "import sys; from app.cli import main; rc = main(sys.argv[1:]); "
-        "assert 'torch' not in sys.modules, 'torch loaded'; sys.exit(rc)"
-    )
-    return subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=ROOT
-    )
-
-
 def test_cli_json_and_html(collapsed_run, tmp_path):
     report = tmp_path / "report.html"
-    out = _cli("analyze", str(collapsed_run), "--json", "--html", str(report))
+    out = run_cli("analyze", str(collapsed_run), "--json", "--html", str(report))
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     expected = analyze_run(str(collapsed_run))
@@ -183,13 +171,13 @@ def test_cli_json_and_html(collapsed_run, tmp_path):
     assert "<script src=" not in page  # plotly.js inlined: opens offline
     assert page.count("Plotly.newPlot") == 3  # outcome, precursors, IS factors
     assert f"onset at step {expected.onset.step}" in page
-    text = _cli("analyze", str(collapsed_run))
+    text = run_cli("analyze", str(collapsed_run))
     assert text.returncode == 0 and "mismatch/kl_k1" in text.stdout
     assert "factor of the IS weight that broke first: train_inference" in text.stdout
 
 
 def test_cli_bad_run_is_one_clear_line(tmp_path):
-    out = _cli("analyze", str(tmp_path / "nope"))
+    out = run_cli("analyze", str(tmp_path / "nope"))
     assert out.returncode == 2
     assert "no run store" in out.stderr and "Traceback" not in out.stderr
     fake = tmp_path / "fake"
@@ -197,13 +185,13 @@ def test_cli_bad_run_is_one_clear_line(tmp_path):
     from monitor.store import store_path
 
     store_path(fake).write_bytes(b"this is not a database at all" * 100)
-    out = _cli("analyze", str(fake))
+    out = run_cli("analyze", str(fake))
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
 
 
 def test_cli_unknown_outcome_metric(collapsed_run):
-    out = _cli("analyze", str(collapsed_run), "--metric", "reward/nope")
+    out = run_cli("analyze", str(collapsed_run), "--metric", "reward/nope")
     assert out.returncode == 2 and "reward/nope" in out.stderr and "Traceback" not in out.stderr
 
 

@@ -7,11 +7,11 @@ import csv
 import json
 import math
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from torchless_cli import command
 
 from app.cli import main as cli
 from monitor import Monitor, RunReader
@@ -112,12 +112,8 @@ def test_cli_process_survives_a_closed_pipe_and_never_loads_torch(tmp_path):
     with Monitor(tmp_path / "big") as mon:
         for step in range(300):
             mon.log(step, {f"m/{i:02d}": step + i / 7 for i in range(40)})
-    code = (
-        "import sys; from app.cli import main; rc = main(sys.argv[1:]); "
-        "assert 'torch' not in sys.modules; sys.exit(rc)"
-    )
     proc = subprocess.Popen(
-        [sys.executable, "-c", code, "export", str(tmp_path / "big"), "--format", "jsonl"],
+        command("export", str(tmp_path / "big"), "--format", "jsonl"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         cwd=ROOT,

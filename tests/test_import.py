@@ -5,20 +5,17 @@ writer (tensorboardX and the protobuf library), never from our own parser's inve
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
+from torchless_cli import run_cli
 
 from app.cli import main
 from monitor.importers.names import PEER_NAMES, canonical_name
 from monitor.importers.tensorboard import parse_tensorboard
 from monitor.reader import RunReader
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass
@@ -329,14 +326,7 @@ def test_an_imported_collapse_is_analysed(tmp_path, cli, imp):
 def test_import_cli_does_not_load_torch(tmp_path):
     log = tmp_path / "a.jsonl"
     log.write_text(json.dumps({"step": 0, "loss": 1.0}) + "\n")
-    code = (
-        "import sys; from app.cli import main; rc = main(sys.argv[1:]); "
-        "assert 'torch' not in sys.modules, 'torch loaded'; sys.exit(rc)"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code, "import", str(log), "--out", str(tmp_path / "r")],
-        capture_output=True, text=True, cwd=ROOT,
-    )  # fmt: skip
+    out = run_cli("import", str(log), "--out", str(tmp_path / "r"))
     assert out.returncode == 0, out.stderr
 
 

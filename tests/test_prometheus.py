@@ -14,15 +14,14 @@ import math
 import shutil
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 import yaml
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
+from torchless_cli import run_cli
 
 from monitor.config import MonitorConfig
 from monitor.detectors.config import LevelRule
@@ -31,7 +30,6 @@ from monitor.prometheus import PrometheusExporter
 from monitor.records import Alert
 from monitor.rules import build_rules, rules_yaml
 
-ROOT = Path(__file__).resolve().parents[1]
 R_NONFINITE = "roll back to the last healthy checkpoint and lower the learning rate"
 PROMTOOL = shutil.which("promtool")
 PROMETHEUS = shutil.which("prometheus")
@@ -270,29 +268,19 @@ def test_promtool_checks_and_unit_tests_the_rules(tmp_path):
         assert test.returncode == 0, test.stdout + test.stderr
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    code = (
-        "import sys; from app.cli import main; rc = main(sys.argv[1:]); "
-        "assert 'torch' not in sys.modules, 'torch loaded'; sys.exit(rc)"
-    )
-    return subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=ROOT
-    )
-
-
-def test_prometheus_rules_cli(tmp_path):
-    out = _cli("prometheus-rules")
+def test_prometheus_rulesrun_cli(tmp_path):
+    out = run_cli("prometheus-rules")
     assert out.returncode == 0, out.stderr
     assert out.stdout == rules_yaml()
     config = tmp_path / "run.yaml"
     config.write_text("monitor:\n  detectors:\n    is_truncation: {level: 0.5}\n")
-    out = _cli("prometheus-rules", "--config", str(config))
+    out = run_cli("prometheus-rules", "--config", str(config))
     assert out.returncode == 0, out.stderr
     assert 'minirl_metric{name="is/trunc_frac"} >= 0.5\n' in out.stdout
     config.write_text("monitor:\n  detectors:\n    is_truncation: {levle: 0.5}\n")
-    out = _cli("prometheus-rules", "--config", str(config))
+    out = run_cli("prometheus-rules", "--config", str(config))
     assert out.returncode == 2 and "levle" in out.stderr and "Traceback" not in out.stderr
-    out = _cli("prometheus-rules", "--config", str(tmp_path / "missing.yaml"))
+    out = run_cli("prometheus-rules", "--config", str(tmp_path / "missing.yaml"))
     assert out.returncode == 2 and "missing.yaml: no such file" in out.stderr
 
 

@@ -25,23 +25,17 @@ PARAMS = SamplingParams(n=8, max_new_tokens=16)
 
 
 @pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    return build_tiny_checkpoint(ModelConfig(seed=5), tmp_path_factory.mktemp("moe16"))
+def checkpoint_and_engine(tmp_path_factory):
+    """The tiny MoE checkpoint and one bf16 vLLM engine on it, for the whole module."""
+    ckpt = build_tiny_checkpoint(ModelConfig(seed=5), tmp_path_factory.mktemp("moe16"))
+    engine = VLLMEngine(ckpt, BF16)
+    yield ckpt, engine
+    engine.close()
 
 
-@pytest.fixture(scope="module")
-def engine(ckpt):
-    eng = VLLMEngine(ckpt, BF16)
-    yield eng
-    eng.close()
-
-
-@pytest.fixture(scope="module")
-def trainer(ckpt):
-    return TorchTrainingEngine(ckpt, BF16, OptimConfig())
-
-
-def test_bf16_rollout_shows_routing_and_logprob_mismatch(engine, trainer):
+def test_bf16_rollout_shows_routing_and_logprob_mismatch(checkpoint_and_engine):
+    ckpt, engine = checkpoint_and_engine
+    trainer = TorchTrainingEngine(ckpt, BF16, OptimConfig())
     ro = engine.generate(PROMPTS, PARAMS, seed=0)
     logp, _, routed = trainer.forward_logprobs(
         ro.input_ids, ro.attention_mask, ro.response_mask, record=True
@@ -55,9 +49,10 @@ def test_bf16_rollout_shows_routing_and_logprob_mismatch(engine, trainer):
     assert 1e-4 < float(diff.mean()) < 0.05, float(diff.mean())
 
 
-def test_bf16_weight_sync_calibrated_bound(engine, ckpt):
+def test_bf16_weight_sync_calibrated_bound(checkpoint_and_engine):
     """Sharper weights raise bf16's error (mean |Δ| ≈ 0.1 at x3); the calibrated bound
     follows it, and still rejects the unpacked-experts bug (≈ 1.0 at x3)."""
+    ckpt, engine = checkpoint_and_engine
     trainer = TorchTrainingEngine(ckpt, BF16, OptimConfig())
     with torch.no_grad():
         for p in trainer.model.parameters():
