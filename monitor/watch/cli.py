@@ -140,7 +140,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, required=True, help="run directory (resumed if it "
                         "is a watch of the same SOURCE)")  # fmt: skip
     parser.add_argument("--format", choices=FORMATS, help="default: from SOURCE")
-    parser.add_argument("--poll", type=float, default=0.5, help="seconds between reads (0.5)")
+    parser.add_argument("--poll", type=float, default=0.25, help="seconds between reads (0.25)")
     parser.add_argument("--run", help="MLflow: run id or name (default: the latest started)")
     parser.add_argument("--keep-names", action="store_true", help="do not map peers' names")
     parser.add_argument("--once", action="store_true", help="read what is there, then exit")
