@@ -23,11 +23,8 @@ from dashboard.data import RunEntry, fingerprint, load_records, summarize
 from dashboard.marks import action_marks
 from dashboard.ui import (
     guard,
-    links,
+    one_run,
     operator_permission,
-    pick_run,
-    require_readable,
-    runs_or_stop,
     settings,
 )
 from monitor import RunReader, request_action
@@ -212,10 +209,7 @@ def request_form(run: RunEntry, alerts: list[Alert]) -> None:
 def render() -> None:
     s = settings()
     st.title("Alerts and actions")
-    runs = runs_or_stop(s)
-    run = pick_run(runs)
-    require_readable(run)
-    links(run.name, exclude="alerts")
+    run = one_run(s, "alerts")
     live = run.summary.status == "live"
     st.fragment(history_body, run_every=s.refresh_s if live else None)(run.path, run.name)
     rec = load_records(run.path, fingerprint(run.summary))

@@ -46,10 +46,7 @@ from dashboard.ui import (
     HEALTH_BADGE,
     STATUS_BADGE,
     guard,
-    links,
-    pick_run,
-    require_readable,
-    runs_or_stop,
+    one_run,
     settings,
 )
 
@@ -236,10 +233,7 @@ def charts_body(
 def render() -> None:
     s = settings()
     st.title("Live run")
-    runs = runs_or_stop(s)
-    run = pick_run(runs)
-    require_readable(run)
-    links(run.name, exclude="live")
+    run = one_run(s, "live")
     rec = load_records(run.path, fingerprint(run.summary))
     others = sorted(set(rec.scalar_names) - set(PANEL_METRICS))
     others = [m for m in others if not m.startswith("routing/") or "/layer" not in m]

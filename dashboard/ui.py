@@ -96,6 +96,15 @@ def require_readable(run: RunEntry) -> None:
         st.stop()
 
 
+def one_run(s: Settings, page: str) -> RunEntry:
+    """The run a one-run page shows: picked (from the `run` query parameter), readable
+    (else the page stops with the store's error), with links to its other pages."""
+    run = pick_run(runs_or_stop(s))
+    require_readable(run)
+    links(run.name, exclude=page)
+    return run
+
+
 def operator_permission(s: Settings, key: str) -> tuple[bool, str]:
     """Ask for the token when the app is exposed; return (allowed, why)."""
     entered = None

@@ -313,15 +313,21 @@ def test_bad_action_params_get_the_monitors_message(runs: Path):
         assert reader.actions() == []
 
 
+def _forged_click(at) -> None:
+    """The disabled Request button, enabled and clicked by a forged client: the server
+    must refuse the request as well."""
+    button = widget(at.button, "Request action")
+    assert button.disabled
+    button.proto.disabled = False
+    button.click().run()
+
+
 def test_actions_refused_when_exposed_without_token(runs: Path, monkeypatch: pytest.MonkeyPatch):
     write_run(runs, "r", 10)
     monkeypatch.setenv(ENV_HOST, "0.0.0.0")
     at = app("alerts", run="r")
     assert "without a token" in texts(at)
-    button = widget(at.button, "Request action")
-    assert button.disabled
-    button.proto.disabled = False  # a forged client: the server refuses as well
-    button.click().run()
+    _forged_click(at)
     no_traceback(at)
     assert "without a token" in texts(at)
     with RunReader(runs / "r") as reader:
@@ -335,10 +341,7 @@ def test_actions_with_token_when_exposed(runs: Path, monkeypatch: pytest.MonkeyP
     at = app("alerts", run="r")
     widget(at.text_input, "Operator token").set_value("wrong").run()
     assert "wrong token" in texts(at)
-    button = widget(at.button, "Request action")
-    assert button.disabled
-    button.proto.disabled = False
-    button.click().run()
+    _forged_click(at)
     with RunReader(runs / "r") as reader:
         assert reader.actions() == []
     widget(at.text_input, "Operator token").set_value("s3cret").run()
