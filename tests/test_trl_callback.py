@@ -69,3 +69,43 @@ def test_grpo_trainer_feeds_the_monitor(tmp_path, monkeypatch):
     assert len(reward[0]) == STEPS and all(0.0 <= v <= 1.0 for v in reward[1])
     assert meta.config["trainer"] == "GRPOConfig" and meta.config["max_steps"] == STEPS
     assert status == "finished"
+
+
+def test_vllm_metrics_mapped_and_resume_from_checkpoint(tmp_path):
+    """TRL's importance-sampling metrics (logged when it generates with vLLM) land under
+    our mismatch names; a run resumed from a checkpoint drops the steps after it."""
+    import numpy as np
+    import torch
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    from monitor.integrations.trl import MinirlCallback
+
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), report_to="none")
+    logs = {
+        "sampling/importance_sampling_ratio/max": torch.tensor(4.5),
+        "sampling/importance_sampling_ratio/mean": np.float32(1.01),
+        "sampling/sampling_logp_difference/mean": 0.02,
+        "clip_ratio/region_mean": 0.1,
+        "kl": 0.0,
+        "note": "text",
+    }
+    callback, state, control = MinirlCallback(tmp_path / "run"), TrainerState(), TrainerControl()
+    callback.on_train_begin(args, state, control)
+    for step in (1, 2, 3):
+        state.global_step = step
+        callback.on_step_end(args, state, control)
+        callback.on_log(args, state, control, logs=logs)
+    callback.on_train_end(args, state, control)
+    resumed = MinirlCallback(tmp_path / "run")
+    state.global_step = 2  # resume_from_checkpoint=checkpoint-2
+    resumed.on_train_begin(args, state, control)
+    resumed.on_train_end(args, state, control)
+    with RunReader(tmp_path / "run") as reader:
+        names = set(reader.metric_names())
+        steps = reader.steps().tolist()
+        ratio_max = reader.scalars(["mismatch/ratio_max"])["mismatch/ratio_max"][1]
+    assert {"mismatch/ratio_max", "mismatch/ratio_mean", "mismatch/logprob_abs_diff",
+            "staleness/mask_frac", "kl"} <= names and "note" not in names  # fmt: skip
+    assert steps == [1, 2] and ratio_max.tolist() == [4.5, 4.5]
+    with pytest.raises(Exception, match="already holds a run"):  # a new run, same dir
+        MinirlCallback(tmp_path / "run").on_train_begin(args, TrainerState(), control)
