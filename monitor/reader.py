@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from monitor import schema
 from monitor.errors import UserError
 from monitor.histograms import QUANTILES
 from monitor.records import (
@@ -32,16 +33,7 @@ from monitor.records import (
     RunSummary,
     severity_rank,
 )
-from monitor.schema import (
-    SCHEMA_VERSION,
-    STORE_FILE,
-    _actions,
-    _alerts,
-    _check_identity,
-    _f,
-    _not_a_store,
-    store_path,
-)
+from monitor.schema import SCHEMA_VERSION, STORE_FILE, store_path
 
 _QCOLS = tuple(QUANTILES)
 
@@ -86,12 +78,12 @@ class RunReader:
                 uri, uri=True, timeout=busy_timeout_s, isolation_level=None
             )
         except sqlite3.DatabaseError as err:
-            raise _not_a_store(self.path, str(err)) from None
-        version = _check_identity(self._conn, self.path)
+            raise schema._not_a_store(self.path, str(err)) from None
+        version = schema._check_identity(self._conn, self.path)
         if version != SCHEMA_VERSION:
             self._conn.close()
             if version == 0:
-                raise _not_a_store(self.path, "empty database")
+                raise schema._not_a_store(self.path, "empty database")
             raise UserError(
                 f"{self.path} has an old schema; open the run with `minirl` to migrate it"
             )
@@ -121,7 +113,7 @@ class RunReader:
         try:
             return self._conn.execute(sql, args).fetchall()
         except sqlite3.DatabaseError as err:
-            raise _not_a_store(self.path, str(err)) from None
+            raise schema._not_a_store(self.path, str(err)) from None
 
     # -- who and how
     def meta(self) -> RunMeta:
@@ -261,9 +253,9 @@ class RunReader:
         with self.snapshot():
             try:
                 for step, name, value in self._conn.execute(sql, args):
-                    yield step, name, _f(value)
+                    yield step, name, schema._f(value)
             except sqlite3.DatabaseError as err:
-                raise _not_a_store(self.path, str(err)) from None
+                raise schema._not_a_store(self.path, str(err)) from None
 
     def histograms(
         self, name: str, start: int | None = None, end: int | None = None, every: int | None = None
@@ -316,17 +308,16 @@ class RunReader:
         where = rng + (" AND cleared_step IS NULL" if open_only else "")
         rank = severity_rank(min_severity)
         try:
-            return [
-                a for a in _alerts(self._conn, where, args) if severity_rank(a.severity) >= rank
-            ]
+            found = schema._alerts(self._conn, where, args)
         except sqlite3.DatabaseError as err:
-            raise _not_a_store(self.path, str(err)) from None
+            raise schema._not_a_store(self.path, str(err)) from None
+        return [a for a in found if severity_rank(a.severity) >= rank]
 
     def actions(self, status: str | None = None) -> list[Action]:
         """Remediation actions (automatic and requested), oldest first."""
         if status is None:
-            return _actions(self._conn, "", ())
-        return _actions(self._conn, "WHERE status = ?", (status,))
+            return schema._actions(self._conn, "", ())
+        return schema._actions(self._conn, "WHERE status = ?", (status,))
 
     def events(self, kind: str | None = None) -> list[Event]:
         """Run events (start, resume, checkpoint, rollback, truncate, crash, close...)."""

@@ -197,36 +197,29 @@ def _json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, allow_nan=True, default=str)
 
 
+# columns in the order of the records' fields, so that a row unpacks into its record
+_ALERT_COLUMNS = (
+    "detector, severity, metric, value, baseline, window_steps, factor, message, remedy,"
+    " id, step, time, cleared_step"
+)
+_ACTION_COLUMNS = (
+    "id, kind, params, reason, source, alert_id, status, step, time, resolved_step,"
+    " resolved_time, detail"
+)
+
+
+def _select(conn: sqlite3.Connection, table: str, columns: str, where: str, args: Sequence[Any]):
+    """Rows of `table` that match `where` (the SQL after FROM, or ""), oldest first."""
+    return conn.execute(f"SELECT {columns} FROM {table} {where} ORDER BY id", args).fetchall()
+
+
 def _alerts(conn: sqlite3.Connection, where: str, args: Sequence[Any]) -> list[Alert]:
-    rows = conn.execute(
-        "SELECT id, step, detector, severity, metric, value, baseline, window_steps, factor,"
-        f" message, remedy, time, cleared_step FROM alerts WHERE 1 = 1{where} ORDER BY id",
-        args,
-    ).fetchall()
-    return [
-        Alert(
-            detector=r[2],
-            severity=r[3],
-            metric=r[4],
-            value=_f(r[5]),
-            baseline=_f(r[6]),
-            window=r[7],
-            factor=r[8],
-            message=r[9],
-            remedy=r[10],
-            id=r[0],
-            step=r[1],
-            time=r[11],
-            cleared_step=r[12],
-        )
-        for r in rows
-    ]
+    """Alerts matching `where` (SQL conditions, each starting with AND, or "")."""
+    rows = _select(conn, "alerts", _ALERT_COLUMNS, f"WHERE 1 = 1{where}", args)
+    return [Alert(*r[:3], _f(r[3]), _f(r[4]), *r[5:]) for r in rows]
 
 
 def _actions(conn: sqlite3.Connection, where: str, args: Sequence[Any]) -> list[Action]:
-    rows = conn.execute(
-        "SELECT id, kind, params, reason, source, alert_id, status, step, time, resolved_step,"
-        f" resolved_time, detail FROM actions {where} ORDER BY id",
-        args,
-    ).fetchall()
+    """Actions matching `where` (a WHERE clause, or "")."""
+    rows = _select(conn, "actions", _ACTION_COLUMNS, where, args)
     return [Action(r[0], r[1], json.loads(r[2]), *r[3:]) for r in rows]

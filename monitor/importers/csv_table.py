@@ -17,7 +17,7 @@ import csv
 from pathlib import Path
 
 from monitor.importers.jsonl import STEP_KEYS
-from monitor.importers.parsed import Parsed, as_step, as_value
+from monitor.importers.parsed import Parsed, as_step
 
 STEP_COLUMNS = (*STEP_KEYS, "iteration")
 _ENVELOPE = ("__MIN", "__MAX")
@@ -71,19 +71,8 @@ def parse_csv(path: Path) -> Parsed:
                 parsed.bad(f"row {lineno}", f"{step_col}={row[step_idx]!r} is not a step")
                 continue
             if long:
-                value = as_value(row[header.index("value")])
-                if value is None:
-                    parsed.bad(f"row {lineno}", "value is not a number")
-                else:
-                    parsed.add(step, row[header.index("name")], value)
-                continue
-            for i, name in metrics:
-                cell = row[i]
-                if not cell.strip():
-                    continue
-                value = as_value(cell)
-                if value is None:
-                    parsed.non_numeric += 1
-                else:
-                    parsed.add(step, name, value)
+                name, raw = row[header.index("name")], row[header.index("value")]
+                parsed.add_long(step, name, raw, f"row {lineno}")
+            else:  # an empty cell: the metric was not logged at this step
+                parsed.add_fields(step, ((name, row[i]) for i, name in metrics if row[i].strip()))
     return parsed

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from monitor.importers.parsed import Parsed, as_step, as_value
+from monitor.importers.parsed import Parsed, as_step
 
 # In order of preference: W&B's own step, then the trainers' step keys.
 STEP_KEYS = ("_step", "step", "global_step", "train/global_step", "trainer/global_step", "Step")
@@ -49,20 +49,10 @@ def _read_object(obj: object, where: str, parsed: Parsed) -> None:
         parsed.bad(where, f"{step_key} is not a non-negative integer")
         return
     if set(flat) >= {"name", "value"} and isinstance(flat["name"], str):  # long format
-        value = as_value(flat["value"])
-        if value is None:
-            parsed.bad(where, "value is not a number")
-        else:
-            parsed.add(step, flat["name"], value)
-        return
-    for key, raw in flat.items():
-        if key.startswith("_") or key in STEP_KEYS:
-            continue
-        value = as_value(raw)
-        if value is None:
-            parsed.non_numeric += 1
-        else:
-            parsed.add(step, key, value)
+        parsed.add_long(step, flat["name"], flat["value"], where)
+    else:  # wide: every field but the step and private ones (`_runtime`...)
+        metrics = ((k, v) for k, v in flat.items() if not k.startswith("_") and k not in STEP_KEYS)
+        parsed.add_fields(step, metrics)
 
 
 def parse_jsonl(path: Path) -> Parsed:

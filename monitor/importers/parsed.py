@@ -7,6 +7,7 @@ the package that dispatches to them (`monitor.importers.parse`) do not import ea
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 MAX_EXAMPLES = 5
@@ -34,6 +35,25 @@ class Parsed:
         if name in row:
             self.overwritten += 1
         row[name] = value
+
+    def add_fields(self, step: int, fields: Iterable[tuple[str, object]]) -> None:
+        """The (name, raw value) fields of one wide row at `step`. A field that is not a
+        number is present but not a metric: counted in non_numeric, not as garbage."""
+        for name, raw in fields:
+            value = as_value(raw)
+            if value is None:
+                self.non_numeric += 1
+            else:
+                self.add(step, name, value)
+
+    def add_long(self, step: int, name: str, raw: object, where: str) -> None:
+        """One (step, name, value) row of a long-format log; a value that is not a
+        number makes the row garbage."""
+        value = as_value(raw)
+        if value is None:
+            self.bad(where, "value is not a number")
+        else:
+            self.add(step, name, value)
 
     def bad(self, where: str, reason: str) -> None:
         self.garbage += 1
