@@ -21,10 +21,7 @@ def _load_config(path: Path):  # -> MonitorConfig
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="minirl prometheus-rules",
-        description="Print Prometheus alert rules equivalent to the monitor's threshold detectors.",
-    )
+    parser = argparse.ArgumentParser("minirl prometheus-rules", description=__doc__.split("\n")[0])
     parser.add_argument("--config", type=Path, help="YAML with a `monitor:` section (or bare)")
     parser.add_argument("--out", type=Path, help="write to this file instead of stdout")
     args = parser.parse_args(argv)
