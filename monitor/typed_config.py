@@ -16,6 +16,7 @@ strings) and `3e-4` is a float, not the string PyYAML 1.1 would make of it.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import difflib
 import hashlib
@@ -301,6 +302,18 @@ def config_hash(*objs: Any, length: int = 16) -> str:
 # ---------------------------------------------------------------------------- overrides
 
 _KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+def add_set_option(
+    parser: argparse.ArgumentParser,
+    dest: str = "overrides",
+    help: str = "override a config key, e.g. --set train.mini_batches=4 (repeatable)",
+) -> None:
+    """The `--set KEY=VALUE` option of a command that takes a config (repeatable): the
+    list it collects in `dest` is for `parse_overrides` (or `load_config`)."""
+    parser.add_argument(
+        "--set", dest=dest, action="append", default=[], metavar="KEY=VALUE", help=help
+    )
 
 
 def parse_overrides(overrides: list[str] | tuple[str, ...], data: dict | None = None) -> dict:

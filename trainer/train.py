@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 from pathlib import Path
 
+from monitor.typed_config import add_set_option
 from trainer.config import load_config
 from trainer.run import resume_config, train
 
@@ -18,14 +19,7 @@ from trainer.run import resume_config, train
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="minirl train", description=__doc__.splitlines()[0])
     p.add_argument("config", nargs="?", help="YAML run config (optional with --resume)")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config key, e.g. --set train.mini_batches=4 (repeatable)",
-    )
+    add_set_option(p)
     p.add_argument("--run-dir", help="where the store, checkpoints and config go")
     p.add_argument(
         "--resume",
@@ -41,7 +35,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--webhook", default=None, help="POST alerts as JSON to this URL")
     p.add_argument("--slack", action="store_true", help="send the webhook in Slack's format")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    return p  # fmt: skip
+    return p
 
 
 def main(argv: list[str]) -> int:

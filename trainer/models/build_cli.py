@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from monitor.typed_config import from_data, parse_overrides
+from monitor.typed_config import add_set_option, from_data, parse_overrides
 from trainer.models.config import ARCHS, ModelConfig
 
 
@@ -19,7 +19,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="minirl build-model", description=__doc__.split("\n")[0])
     parser.add_argument("--arch", choices=ARCHS, default="qwen3_moe")
     parser.add_argument("--out", required=True, help="checkpoint directory to write")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    add_set_option(parser, "set", "override a ModelConfig field, e.g. --set hidden_size=96")
     args = parser.parse_args(argv)
     cfg = from_data(ModelConfig, parse_overrides(args.set, {"arch": args.arch}), "model")
 
