@@ -76,8 +76,8 @@ class ChangeDetector:
                 self._gate.not_calm()
             return out  # nor does a value seen while the alert is open
         self._gate.quiet()
-        if self._n > r.warmup:
-            self._history.append(v)
+        if self._n > r.warmup and (s is None or s[0] < r.admit_z):
+            self._history.append(v)  # only unremarkable values teach the baseline
         return out
 
     def _draft(

@@ -85,8 +85,9 @@ class ChangeRule:
     Values are read on `scale` (log: log(max(x, floor)), for positive quantities that
     vary over decades; linear: x). The baseline at step t is the median and MAD of the
     values of the `window` logged points before the last `gap` ones, counting only
-    points logged after `warmup` (the first steps of RL move a lot by design) and not
-    while an alert of this rule was open. With at least `min_baseline` such points, the
+    points logged after `warmup` (the first steps of RL move a lot by design), whose own
+    score was below `admit_z` (a rise building up below the threshold is not absorbed)
+    and that came while no alert of this rule was open. With at least `min_baseline` such points, the
     recent level is the median of the last `recent` values, and its score is
 
         z = sign · (recent − median) / max(1.4826·MAD, sigma_floor),
@@ -116,6 +117,8 @@ class ChangeRule:
     """Smallest baseline spread (log: 0.1 ≈ 10 %), so that flat streams do not alert on
     a wobble."""
     persist: int = 3
+    admit_z: float = 2.0
+    """Only values scoring below this join the baseline."""
     z_clear: float = 3.0
     clear_after: int = 5
     cooldown: int = 20
@@ -266,10 +269,11 @@ class DetectorsConfig:
     )
     """Mean response length ≥ 1.5× its baseline (runaway generations)."""
     lr_rise: ChangeRule = ChangeRule(
-        "optim/lr", "optimisation", "up", R_OPTIM, sigma_floor=0.01, min_change=1.5
+        "optim/lr", "optimisation", "up", R_OPTIM, sigma_floor=0.01, min_change=1.2
     )
-    """The learning rate ≥ 1.5× its level after warm-up: a schedule that keeps raising it
-    (the lr is deterministic, so its spread floor is 1 %)."""
+    """The learning rate ≥ 1.2× its level after warm-up: a schedule that keeps raising it
+    (the lr is deterministic, so its spread floor is 1 %; a warm-up schedule longer than
+    the detectors' own warm-up shows here too, and the message says by how much)."""
     # --- critical
     breakdown: BreakdownRule = BreakdownRule()
     """Joint evidence: several precursors at once, or one with the outcome falling."""

@@ -1,0 +1,235 @@
+"""`minirl bench remediation`: does automatic remediation rescue runs, and leave healthy ones be?
+
+    minirl bench remediation [--seeds 1 2] [--jobs 2] [--runs runs/incidents]
+
+Closed loop, in pairs: every incident config of `configs/lab/incidents/` (a healthy run
+plus a scripted incident with a known cause) and its stable twins, each seed once with
+`train.remediation=false` (`<runs>/<config>/seed<k>`, the detection benchmark's runs)
+and once with `true` (`<runs>-remediation/<config>/seed<k>`). Runs that exist are reused;
+missing ones are trained (`bench.detection.lab`). Outcomes by the detection benchmark's
+one rule (`bench.detection.corpus.label_run`).
+
+Per pair: collapsed without and with remediation, held-out accuracy of the inference
+engine (`eval/acc`) at the end and at its best, the first precursor, the first automatic
+action, the recovery (the first evaluation after the action back within 5 points of the
+last one before the episode), and every action with its outcome. *Rescued*: it collapses
+without, not with, and ends within 5 points of its stable twin (same seed, remediation
+on). *Worse*: remediation's final accuracy more than 5 points below the run without it.
+Per stable run with remediation on: its automatic actions and the accuracy it cost.
+Writes bench/results/remediation.md and remediation.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from bench import RESULTS
+from bench.detection import corpus, lab
+from monitor.errors import UserError
+from monitor.reader import RunReader
+
+TOLERANCE = 0.05
+"""Accuracy within 5 points counts as the same (issue 14)."""
+TWINS = {"is_off": "stable_fp4", "r3_off": "stable_4x_r3"}
+"""Each incident config's stable twin (the others': stable_base)."""
+
+
+@dataclass
+class Arm:
+    run: str
+    collapsed: bool
+    onset: int | None
+    final_acc: float | None
+    best_acc: float | None
+    first_precursor: int | None = None
+    first_action: int | None = None
+    recovered: int | None = None
+    actions: list[dict] = field(default_factory=list)
+
+
+def read_arm(run_dir: Path, name: str) -> Arm:
+    """One run's outcome and its remediation history."""
+    with RunReader(run_dir) as reader, reader.snapshot():
+        series = reader.scalars(reader.metric_names())
+        alerts = reader.alerts(min_severity="warning")
+        actions = [a for a in reader.actions() if a.source == "policy"]
+    stream: dict[int, dict[str, float]] = {}
+    for metric, (s, v) in series.items():
+        for step, value in zip(s.tolist(), v.tolist(), strict=True):
+            stream.setdefault(step, {})[metric] = value
+    run = corpus.label_run(
+        corpus.Run(name, "lab", "report", sorted(stream.items()), incident_step=None)
+    )
+    evals = []
+    if "eval/acc" in series:
+        steps, values = series["eval/acc"]
+        evals = list(zip(steps.tolist(), values.tolist(), strict=True))
+    arm = Arm(
+        run=name,
+        collapsed=run.label == "collapse",
+        onset=run.onset,
+        final_acc=evals[-1][1] if evals else None,
+        best_acc=max(v for _, v in evals) if evals else None,
+        first_precursor=min((a.step for a in alerts), default=None),
+        actions=[
+            {"step": a.resolved_step, "kind": a.kind, "params": a.params, "status": a.status,
+             "reason": a.reason[:160], "detail": a.detail}
+            for a in actions
+        ],
+    )  # fmt: skip
+    applied = [a for a in actions if a.status == "applied" and a.resolved_step is not None]
+    if applied:
+        arm.first_action = applied[0].resolved_step
+        start = arm.first_precursor if arm.first_precursor is not None else arm.first_action
+        before = [v for s, v in evals if s < start]
+        if before:
+            arm.recovered = next(
+                (s for s, v in evals if s > arm.first_action and v >= before[-1] - TOLERANCE),
+                None,
+            )
+    return arm
+
+
+@dataclass
+class Pair:
+    config: str
+    seed: int
+    stable: bool
+    off: Arm
+    on: Arm
+    twin_final: float | None
+    collapses_without: bool = False
+    rescued: bool = False
+    worse_with_remediation: bool = False
+
+
+def judge(pair: Pair) -> Pair:
+    pair.collapses_without = pair.off.collapsed
+    on, off = pair.on.final_acc, pair.off.final_acc
+    near_twin = on is not None and pair.twin_final is not None and on >= pair.twin_final - TOLERANCE
+    pair.rescued = pair.off.collapsed and not pair.on.collapsed and near_twin
+    pair.worse_with_remediation = (on is not None and off is not None and on < off - TOLERANCE) or (
+        pair.on.collapsed and not pair.off.collapsed
+    )
+    return pair
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="minirl bench remediation", description=__doc__.split("\n")[0])
+    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--configs", nargs="+", default=None, help="incident configs (default all)")
+    p.add_argument("--runs", default="runs/incidents", help="runs without remediation")
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--no-train", action="store_true", help="only report the runs that exist")
+    p.add_argument("--out", default=str(RESULTS / "remediation.md"))
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    names = args.configs or lab.configs()
+    off_dir = Path(args.runs)
+    on_dir = off_dir.with_name(off_dir.name + "-remediation")
+    if not args.no_train:
+        lab.run_lab(names, args.seeds, off_dir, args.jobs)
+        lab.run_lab(names, args.seeds, on_dir, args.jobs, ["train.remediation=true"])
+    pairs = []
+    for name in names:
+        for seed in args.seeds:
+            off, on = off_dir / name / f"seed{seed}", on_dir / name / f"seed{seed}"
+            if not (lab.finished(off) and lab.finished(on)):
+                continue
+            twin = on_dir / TWINS.get(name, "stable_base") / f"seed{seed}"
+            twin_final = read_arm(twin, "twin").final_acc if lab.finished(twin) else None
+            pair = Pair(name, seed, name.startswith("stable"), read_arm(off, f"{name}/seed{seed}"),
+                        read_arm(on, f"{name}/seed{seed}"), twin_final)  # fmt: skip
+            pairs.append(judge(pair))
+    if not pairs:
+        raise UserError(f"no finished pairs under {off_dir} and {on_dir}")
+    command = "minirl bench remediation " + shlex.join(argv)
+    write(pairs, command.strip(), Path(args.out))
+    print(f"wrote {args.out}")
+    return 0
+
+
+def _acc(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def write(pairs: list[Pair], command: str, out: Path) -> None:
+    incident = [p for p in pairs if not p.stable]
+    collapsing = [p for p in incident if p.collapses_without]
+    stable = [p for p in pairs if p.stable]
+    quiet = [p for p in stable if not p.on.actions]
+    lines = [
+        "# Remediation benchmark: runs with automatic remediation off and on, in pairs",
+        "",
+        f"Command: `{command}`. Same config and seed in both arms; the arm without "
+        "remediation is the detection benchmark's run. Accuracies are held-out accuracy of "
+        "the inference engine (`eval/acc`).",
+        "",
+        "| | result | goal |",
+        "|---|---|---|",
+        f"| collapsing pairs rescued | {sum(p.rescued for p in collapsing)}/{len(collapsing)} "
+        "| ≥ 2/3 |",
+        f"| pairs where remediation did worse | "
+        f"{sum(p.worse_with_remediation for p in pairs)}/{len(pairs)} | 0 |",
+        f"| stable runs without any automatic action | {len(quiet)}/{len(stable)} | ≥ 90 % |",
+        "",
+        "## Pairs",
+        "",
+        "| config | seed | collapses without | with: collapses | final acc off / on (twin) "
+        "| best off / on | first precursor → first action → recovered | rescued | worse |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for p in pairs:
+        lines.append(
+            f"| {p.config} | {p.seed} | {p.off.onset if p.off.collapsed else 'no'} | "
+            f"{p.on.onset if p.on.collapsed else 'no'} | {_acc(p.off.final_acc)} / "
+            f"{_acc(p.on.final_acc)} ({_acc(p.twin_final)}) | {_acc(p.off.best_acc)} / "
+            f"{_acc(p.on.best_acc)} | {p.on.first_precursor} → {p.on.first_action} → "
+            f"{p.on.recovered} | {'yes' if p.rescued else 'no'} | "
+            f"{'yes' if p.worse_with_remediation else 'no'} |"
+        )
+    lines += ["", "## Every automatic action (remediation on)", ""]
+    for p in pairs:
+        for a in p.on.actions:
+            lines.append(
+                f"- {p.config}/seed{p.seed}, step {a['step']}: `{a['kind']} {a['params']}` "
+                f"{a['status']} ({a['detail']}) — {a['reason']}"
+            )
+    notes = RESULTS / "remediation_notes.md"
+    if notes.is_file():
+        lines += ["", notes.read_text()]
+    out.write_text("\n".join(lines) + "\n")
+    obj = {
+        "command": command,
+        "pairs": [_pair_json(p) for p in pairs if not p.stable],
+        "stable": [
+            {"config": p.config, "seed": p.seed, "actions": len(p.on.actions),
+             "final_acc_off": p.off.final_acc, "final_acc_on": p.on.final_acc}
+            for p in stable
+        ],
+    }  # fmt: skip
+    out.with_suffix(".json").write_text(json.dumps(obj, indent=1) + "\n")
+
+
+def _pair_json(p: Pair) -> dict:
+    return {
+        "config": p.config,
+        "seed": p.seed,
+        "collapses_without": p.collapses_without,
+        "rescued": p.rescued,
+        "worse_with_remediation": p.worse_with_remediation,
+        "final_acc_off": p.off.final_acc,
+        "final_acc_on": p.on.final_acc,
+        "best_acc_off": p.off.best_acc,
+        "best_acc_on": p.on.best_acc,
+        "twin_final_acc": p.twin_final,
+        "off": asdict(p.off),
+        "on": asdict(p.on),
+    }
