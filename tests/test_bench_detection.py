@@ -1,0 +1,114 @@
+"""The detection and remediation benchmarks' bookkeeping: labels, scores, export, pairs.
+
+The benchmarks themselves take hours (bench/results/); here their definitions are checked
+on runs written through the real Monitor, with outcomes and alerts known by construction.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from bench.detection import corpus, monitors
+from bench.detection.score import LEAD_GOAL, RunScore, score_run, summarise
+from bench.remediation import Arm, Pair, judge, read_arm
+from monitor import Monitor
+
+
+def _stream(n: int, collapse_at: int | None, shift_at: int | None, seed: int = 0):
+    """A run that learns; optionally the staleness KL jumps 30× at `shift_at` and the
+    accuracy falls to 0 from `collapse_at`."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for t in range(n):
+        acc = min(0.2 + t / 200, 0.6) + rng.normal(0, 0.02)
+        if collapse_at is not None and t >= collapse_at:
+            acc = max(0.0, 0.05 * rng.random())
+        kl = 1e-3 * math.exp(rng.normal(0, 0.2)) * (30 if shift_at and t >= shift_at else 1)
+        out.append((t, {"reward/acc": acc, "staleness/kl_k3": kl, "optim/grad_norm": 1.0}))
+    return out
+
+
+def test_labels_come_from_the_outcome_only():
+    collapsing = corpus.label_run(corpus.Run("c", "lab", "report", _stream(120, 80, None)))
+    assert collapsing.label == "collapse" and 78 <= collapsing.onset <= 82
+    stable = corpus.label_run(corpus.Run("s", "lab", "report", _stream(120, None, 60)))
+    assert stable.label == "stable" and stable.onset is None  # a precursor is not a label
+    survived = corpus.label_run(
+        corpus.Run("v", "lab", "report", _stream(120, None, 60), incident_step=60)
+    )
+    assert survived.label == "survived"
+    nan = _stream(60, None, None)
+    for _, v in nan[40:]:
+        v["optim/grad_norm"] = math.nan
+    assert corpus.label_run(corpus.Run("n", "real", "tune", nan)).onset == 40
+
+
+def test_scores_follow_the_written_definitions():
+    run = corpus.label_run(
+        corpus.Run("c", "lab", "report", _stream(120, 80, 50), cause="staleness", incident_step=50)
+    )
+    fired = monitors.ours(run.stream)
+    score = score_run(run, fired)
+    assert score.first_detector == "staleness_kl" and score.blamed == "staleness"
+    assert score.lead == run.onset - score.first_alert >= LEAD_GOAL
+    late = RunScore("l", "report", "collapse", 80, 75, "x", 5, "staleness", "staleness", 0, 1, 100)
+    missed = RunScore("m", "report", "collapse", 80, None, None, None, None, "routing", 0, 0, 100)
+    quiet = RunScore("q", "report", "stable", None, 30, "x", None, None, None, 1, 2, 200)
+    s = summarise([score, late, missed, quiet])
+    assert (s.caught, s.late, s.missed, s.collapses) == (1, 1, 1, 3)
+    assert s.blame_correct == 2 and s.blame_known == 3  # 'missed' blamed nothing
+    assert (s.false_critical, s.stable, s.warnings_per_100_steps) == (1, 1, 1.0)
+
+
+def test_a_lab_run_store_exports_and_loads_back(tmp_path):
+    mon = Monitor(tmp_path / "run")
+    for step, values in _stream(60, None, None):
+        if step == 30:
+            mon.event("incident", {"kind": "set_mini_batches", "params": {"n": 8}, "note": "x"})
+        mon.log(step, {**values, "perf/step_s": 0.1})
+    mon.event("stop", {"reason": "completed"})
+    mon.close()
+    out = tmp_path / "data" / "lab" / "stale8x" / "seed4.jsonl.gz"
+    corpus.export_lab_run(tmp_path / "run", out, "stale8x", 4)
+    (run,) = corpus.lab_runs(tmp_path / "data" / "lab")
+    assert run.name == "lab/stale8x/seed4" and run.split == "tune"  # seed 4 tunes
+    assert run.incident_step == 30 and run.cause == "staleness" and run.label == "survived"
+    assert len(run.stream) == 60 and "perf/step_s" not in run.stream[5][1]
+    assert run.stream[7][1]["reward/acc"] == pytest.approx(
+        _stream(60, None, None)[7][1]["reward/acc"]
+    )
+
+
+def test_remediation_pairs_are_judged_by_outcome_and_twin():
+    def arm(collapsed, final):
+        return Arm("r", collapsed, 50 if collapsed else None, final, 0.6)
+
+    rescued = judge(Pair("stale8x", 1, False, arm(True, 0.0), arm(False, 0.52), 0.55))
+    assert rescued.collapses_without and rescued.rescued and not rescued.worse_with_remediation
+    short = judge(Pair("stale8x", 2, False, arm(True, 0.0), arm(False, 0.40), 0.55))
+    assert not short.rescued  # no collapse, but 15 points below its stable twin
+    harmed = judge(Pair("stable_base", 1, True, arm(False, 0.55), arm(False, 0.45), 0.45))
+    assert harmed.worse_with_remediation
+
+
+def test_read_arm_finds_precursor_action_and_recovery(tmp_path):
+    mon = Monitor(tmp_path / "r", controls={"is_policy": "none", "clip": True}, remediation=True)
+    for step in range(80):
+        kl = 0.5 if 40 <= step < 50 else 1e-3 * (1 + 0.05 * math.sin(step))
+        values = {"mismatch/kl_k1": kl, "reward/mean": 0.5}
+        if step % 10 == 0:
+            values["eval/acc"] = 0.2 if step in (40, 50) else 0.5
+        mon.log(step, values)
+        for action in mon.pending_actions():
+            mon.resolve(action.id, "applied", "ok")
+    mon.close()
+    arm = read_arm(tmp_path / "r", "r")
+    assert arm.first_precursor is not None and 40 < arm.first_precursor < 50
+    assert arm.first_action == arm.first_precursor  # resolved in the same loop iteration
+    # the precursor with held-out accuracy falling is a breakdown: roll back, turn IS on
+    assert [a["kind"] for a in arm.actions] == ["rollback", "set_is_correction"]
+    assert arm.recovered == 60
+    assert arm.final_acc == 0.5 and not arm.collapsed
