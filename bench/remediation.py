@@ -12,9 +12,10 @@ one rule (`bench.detection.corpus.label_run`).
 Per pair: collapsed without and with remediation, held-out accuracy of the inference
 engine (`eval/acc`) at the end and at its best, the first precursor, the first automatic
 action, the recovery (the first evaluation after the action back within 5 points of the
-last one before the episode), and every action with its outcome. *Rescued*: it collapses
-without, not with, and ends within 5 points of its stable twin (same seed, remediation
-on). *Worse*: remediation's final accuracy more than 5 points below the run without it.
+last one before the episode, which began `onset_margin` steps before its first alert),
+and every action with its outcome. *Rescued*: it collapses without, not with, and ends
+within 5 points of its stable twin (same seed, remediation on). *Worse*: remediation's
+final accuracy more than 5 points below the run without it, or a collapse only with it.
 Per stable run with remediation on: its automatic actions and the accuracy it cost.
 Writes bench/results/remediation.md and remediation.json.
 """
@@ -29,6 +30,7 @@ from pathlib import Path
 
 from bench import RESULTS
 from bench.detection import corpus, lab
+from monitor.config import MonitorConfig
 from monitor.errors import UserError
 from monitor.reader import RunReader
 
@@ -85,6 +87,7 @@ def read_arm(run_dir: Path, name: str) -> Arm:
     if applied:
         arm.first_action = applied[0].resolved_step
         start = arm.first_precursor if arm.first_precursor is not None else arm.first_action
+        start -= MonitorConfig().remediation.onset_margin  # where the episode began
         before = [v for s, v in evals if s < start]
         if before:
             arm.recovered = next(
