@@ -138,6 +138,9 @@ class TensorBoardSource:
         for name, cursor in list(self.cursors.items()):
             data = cursor.read()
             if not data:
+                if not cursor.path.exists():  # deleted and read to its end: forget it
+                    cursor.close()
+                    del self.cursors[name]
                 continue
             used = _tfrecords(data, cursor.path.name, parsed, self.plugins)
             if used < 0:
