@@ -41,6 +41,8 @@ def guess_format(source: str) -> str | None:
         return "tensorboard"
     if path.suffix.lower() in (".jsonl", ".ndjson", ".json", ".log"):
         return "jsonl"
+    if path.suffix.lower() == ".db":
+        return "mlflow"
     return None
 
 
@@ -109,6 +111,8 @@ def open_watch(
     fmt = fmt or guess_format(source)
     if fmt is None:
         raise UserError(f"cannot tell the format of {source}; pass --format {'|'.join(FORMATS)}")
+    if fmt == "mlflow" and not source.startswith(MLFLOW_PREFIX):
+        source = MLFLOW_PREFIX + str(Path(source).resolve())  # a bare mlruns.db path
     if fmt not in ("mlflow", "jsonl") and not Path(source).exists():
         raise UserError(f"no such file or directory: {source}")
     wanted = describe(fmt, source, run)
