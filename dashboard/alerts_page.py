@@ -96,10 +96,13 @@ def _alert_rows(alerts: list[Alert], last_step: int) -> list[dict[str, Any]]:
     rows = []
     for a in alerts:
         end = last_step if a.cleared_step is None else max(a.step, a.cleared_step)
-        text = (f"#{a.id} {a.severity} · {a.detector} · step {a.step}<br>{a.message}"
-                f"<br>{a.metric} = {a.value:.4g}, baseline {a.baseline:.4g}")  # fmt: skip
-        rows.append({"step": a.step, "end": end, "factor": a.factor, "severity": a.severity,
-                     "text": text})  # fmt: skip
+        text = (
+            f"#{a.id} {a.severity} · {a.detector} · step {a.step}<br>{a.message}"
+            f"<br>{a.metric} = {a.value:.4g}, baseline {a.baseline:.4g}"
+        )
+        rows.append(
+            {"step": a.step, "end": end, "factor": a.factor, "severity": a.severity, "text": text}
+        )
     return rows
 
 
@@ -110,27 +113,39 @@ def _num(x: float) -> str:
 def _alert_table(alerts: list[Alert]) -> list[dict[str, Any]]:
     return [
         {
-            "id": a.id, "step": a.step,
+            "id": a.id,
+            "step": a.step,
             "cleared": "open" if a.cleared_step is None else str(a.cleared_step),
-            "severity": a.severity, "blamed factor": a.factor, "detector": a.detector,
-            "metric": a.metric, "value": _num(a.value), "baseline": _num(a.baseline),
-            "window": a.window, "message": a.message, "remedy": a.remedy,
+            "severity": a.severity,
+            "blamed factor": a.factor,
+            "detector": a.detector,
+            "metric": a.metric,
+            "value": _num(a.value),
+            "baseline": _num(a.baseline),
+            "window": a.window,
+            "message": a.message,
+            "remedy": a.remedy,
         }
         for a in reversed(alerts)
-    ]  # fmt: skip
+    ]
 
 
 def _action_table(actions: list[Action]) -> list[dict[str, Any]]:
     return [
         {
-            "id": a.id, "kind": a.kind,
+            "id": a.id,
+            "kind": a.kind,
             "params": ", ".join(f"{k}={v}" for k, v in a.params.items()),
-            "status": a.status, "source": a.source, "requested at step": a.step,
-            "resolved at step": a.resolved_step, "alert": a.alert_id, "reason": a.reason,
+            "status": a.status,
+            "source": a.source,
+            "requested at step": a.step,
+            "resolved at step": a.resolved_step,
+            "alert": a.alert_id,
+            "reason": a.reason,
             "trainer said": a.detail,
         }
         for a in reversed(actions)
-    ]  # fmt: skip
+    ]
 
 
 @guard
@@ -141,9 +156,11 @@ def history_body(path: str, name: str) -> None:
     last = summary.last_step or 0
     alerts, actions = list(rec.alerts), list(rec.actions)
     n_open = sum(a.cleared_step is None for a in alerts)
-    st.markdown(f"**{name}** · last step {summary.last_step} · {len(alerts)} alert(s), "
-                f"{n_open} open · {len(actions)} action(s), "
-                f"{summary.n_pending_actions} pending")  # fmt: skip
+    st.markdown(
+        f"**{name}** · last step {summary.last_step} · {len(alerts)} alert(s), "
+        f"{n_open} open · {len(actions)} action(s), "
+        f"{summary.n_pending_actions} pending"
+    )
     fig = charts.timeline_figure(_alert_rows(alerts, last), action_marks(actions, last))
     st.plotly_chart(fig, key="timeline")
     st.markdown("#### Alerts (newest first)")
@@ -167,8 +184,10 @@ def request_form(run: RunEntry, alerts: list[Alert]) -> None:
         "step boundary (a pending action of the same kind is not duplicated)."
     )
     if run.summary.status != "live":
-        st.info(f"Run {run.name} is {run.summary.status}: a request waits in its store until "
-                "the run is resumed.")  # fmt: skip
+        st.info(
+            f"Run {run.name} is {run.summary.status}: a request waits in its store until "
+            "the run is resumed."
+        )
     allowed, why = operator_permission(s, key="token-actions")
     if not allowed:
         st.warning(why)
@@ -176,8 +195,9 @@ def request_form(run: RunEntry, alerts: list[Alert]) -> None:
     with st.form("action-form"):
         params = _param_inputs(kind)
         open_ids = [None, *[a.id for a in reversed(alerts) if a.cleared_step is None]]
-        alert_id = st.selectbox("In response to alert", open_ids,
-                                format_func=lambda i: "none" if i is None else f"#{i}")  # fmt: skip
+        alert_id = st.selectbox(
+            "In response to alert", open_ids, format_func=lambda i: "none" if i is None else f"#{i}"
+        )
         reason = st.text_input("Reason", value=f"operator request from the dashboard: {kind}")
         confirm = True
         if kind in DESTRUCTIVE:
@@ -194,14 +214,17 @@ def request_form(run: RunEntry, alerts: list[Alert]) -> None:
     try:
         with RunReader(run.path) as reader:
             before = {a.id for a in reader.actions()}
-        action = request_action(run.path, kind, params, reason, source="dashboard",
-                                alert_id=alert_id)  # fmt: skip
+        action = request_action(
+            run.path, kind, params, reason, source="dashboard", alert_id=alert_id
+        )
     except UserError as err:
         st.error(f"not requested: {err}")
         return
     if action.id not in before:
-        st.success(f"action #{action.id} {action.kind} is {action.status}: the trainer applies "
-                   "it at the next step boundary")  # fmt: skip
+        st.success(
+            f"action #{action.id} {action.kind} is {action.status}: the trainer applies "
+            "it at the next step boundary"
+        )
     else:
         st.info(f"an action of kind {action.kind} is already {action.status} (#{action.id})")
 

@@ -95,12 +95,19 @@ def _analysis_tab(run: RunEntry) -> None:
         return
     st.markdown("#### Precursors (moved before the onset, ranked by lead)")
     table = [
-        {"metric": p["metric"], "factor": p["factor"], "moved at step": p["moved_step"],
-         "lead (steps)": p["lead"], "direction": p["direction"], "|z|": _num(p["z"]),
-         "baseline": _num(p["baseline"]), "value": _num(p["value"]),
-         "log scale": p["log_scale"]}
+        {
+            "metric": p["metric"],
+            "factor": p["factor"],
+            "moved at step": p["moved_step"],
+            "lead (steps)": p["lead"],
+            "direction": p["direction"],
+            "|z|": _num(p["z"]),
+            "baseline": _num(p["baseline"]),
+            "value": _num(p["value"]),
+            "log scale": p["log_scale"],
+        }
         for p in precursors
-    ]  # fmt: skip
+    ]
     st.dataframe(table, hide_index=True, width="stretch")
     bars = [{"metric": p["metric"], "lead": p["lead"], "factor": p["factor"]} for p in precursors]
     st.plotly_chart(charts.lead_figure(bars[:20]), key="leads")
@@ -108,10 +115,14 @@ def _analysis_tab(run: RunEntry) -> None:
     for i, p in enumerate(precursors[:N_PRECURSOR_CHARTS]):
         if p["metric"] not in view.series:
             continue
-        fig = charts.line_figure(f"{p['metric']} ({p['factor']}, lead {p['lead']})",
-                                 {p["metric"]: view.series[p["metric"]]}, height=240)  # fmt: skip
-        charts.add_vlines(fig, [(p["moved_step"], "moved", "#f5a623"),
-                                (onset["step"], "onset", "#d0021b")])  # fmt: skip
+        fig = charts.line_figure(
+            f"{p['metric']} ({p['factor']}, lead {p['lead']})",
+            {p["metric"]: view.series[p["metric"]]},
+            height=240,
+        )
+        charts.add_vlines(
+            fig, [(p["moved_step"], "moved", "#f5a623"), (onset["step"], "onset", "#d0021b")]
+        )
         cols[i % 2].plotly_chart(fig, key=f"precursor-{p['metric']}")
 
 

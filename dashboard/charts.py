@@ -60,12 +60,20 @@ def span_shapes(spans: Sequence[Span]) -> list[dict[str, Any]]:
     """Shade each span [start − ½, end + ½] over the full height, behind the data."""
     return [
         {
-            "type": "rect", "xref": "x", "yref": "paper", "x0": s.start - 0.5,
-            "x1": s.end + 0.5, "y0": 0, "y1": 1, "fillcolor": SPAN_COLORS.get(s.severity),
-            "opacity": SPAN_OPACITY, "line": {"width": 0}, "layer": "below",
+            "type": "rect",
+            "xref": "x",
+            "yref": "paper",
+            "x0": s.start - 0.5,
+            "x1": s.end + 0.5,
+            "y0": 0,
+            "y1": 1,
+            "fillcolor": SPAN_COLORS.get(s.severity),
+            "opacity": SPAN_OPACITY,
+            "line": {"width": 0},
+            "layer": "below",
         }
         for s in spans
-    ]  # fmt: skip
+    ]
 
 
 MARKS_LEGEND = (
@@ -88,26 +96,41 @@ def mark_traces(marks: Sequence[Mark]) -> list[Trace]:
             y, symbol, color = 0.04, "diamond", ACTION_COLORS.get(level, "#333")
         else:
             y, symbol, color = 0.04, "square", EVENT_COLOR
-        traces.append({
-            "type": "scatter", "x": [m.step for m in ms], "y": [y] * len(ms), "yaxis": "y2",
-            "mode": "markers", "name": f"{kind}: {level}", "showlegend": False,
-            "marker": {"symbol": symbol, "size": 9, "color": color,
-                       "line": {"width": 1, "color": "white"}},
-            "text": [m.text for m in ms], "hovertemplate": "%{text}<extra></extra>",
-        })  # fmt: skip
+        traces.append(
+            {
+                "type": "scatter",
+                "x": [m.step for m in ms],
+                "y": [y] * len(ms),
+                "yaxis": "y2",
+                "mode": "markers",
+                "name": f"{kind}: {level}",
+                "showlegend": False,
+                "marker": {
+                    "symbol": symbol,
+                    "size": 9,
+                    "color": color,
+                    "line": {"width": 1, "color": "white"},
+                },
+                "text": [m.text for m in ms],
+                "hovertemplate": "%{text}<extra></extra>",
+            }
+        )
     return traces
 
 
 def line_traces(series: Series) -> list[Trace]:
     return [
         {
-            "type": "scatter", "x": np.asarray(x), "y": np.asarray(y, dtype=np.float64),
-            "mode": "lines+markers" if len(x) <= 60 else "lines", "name": name,
+            "type": "scatter",
+            "x": np.asarray(x),
+            "y": np.asarray(y, dtype=np.float64),
+            "mode": "lines+markers" if len(x) <= 60 else "lines",
+            "name": name,
             "marker": {"size": 4},
             "hovertemplate": f"{name}<br>step %{{x}}: %{{y:.5g}}<extra></extra>",
         }
         for name, (x, y) in series.items()
-    ]  # fmt: skip
+    ]
 
 
 def line_figure(
@@ -145,11 +168,14 @@ def heatmap_figure(
     """z [len(y), len(x)] as a heat map over steps, with spans, marks and `extra` traces."""
     z = np.asarray(z, dtype=np.float64)
     heat = {
-        "type": "heatmap", "x": np.asarray(x), "y": list(y),
-        "z": np.where(np.isfinite(z), z, np.nan), "colorscale": colorscale,
+        "type": "heatmap",
+        "x": np.asarray(x),
+        "y": list(y),
+        "z": np.where(np.isfinite(z), z, np.nan),
+        "colorscale": colorscale,
         "colorbar": {"title": {"text": colorbar_title}, "thickness": 12},
         "hovertemplate": f"step %{{x}}<br>%{{y}}: {hover}<extra></extra>",
-    }  # fmt: skip
+    }
     if zmin is not None:
         heat["zmin"] = zmin
     if zmax is not None:
@@ -186,16 +212,33 @@ def distribution_figure(
         share = np.where(counts > 0, counts / np.maximum(totals, 1), np.nan)
         z = np.log10(share).T  # [bins + 2, S]
     lines = [
-        {"type": "scatter", "x": np.asarray(qx), "y": np.asarray(qy, dtype=np.float64),
-         "mode": "lines", "name": name, "line": {"width": 1, "color": "white"},
-         "hovertemplate": f"{name}<br>step %{{x}}: %{{y:.4g}}<extra></extra>"}
+        {
+            "type": "scatter",
+            "x": np.asarray(qx),
+            "y": np.asarray(qy, dtype=np.float64),
+            "mode": "lines",
+            "name": name,
+            "line": {"width": 1, "color": "white"},
+            "hovertemplate": f"{name}<br>step %{{x}}: %{{y:.4g}}<extra></extra>",
+        }
         for name, (qx, qy) in (quantiles or {}).items()
-    ]  # fmt: skip
+    ]
     return heatmap_figure(
-        title, steps, y.tolist(), z, spans=spans, marks=marks, colorscale="Viridis",
-        zmin=-4, zmax=0, colorbar_title="log10 share", hover="10^%{z:.2f} of values",
-        height=height, extra=lines, yaxis={"range": [y[0] - width / 2, y[-1] + width / 2]},
-    )  # fmt: skip
+        title,
+        steps,
+        y.tolist(),
+        z,
+        spans=spans,
+        marks=marks,
+        colorscale="Viridis",
+        zmin=-4,
+        zmax=0,
+        colorbar_title="log10 share",
+        hover="10^%{z:.2f} of values",
+        height=height,
+        extra=lines,
+        yaxis={"range": [y[0] - width / 2, y[-1] + width / 2]},
+    )
 
 
 def overlay_figure(
@@ -225,25 +268,47 @@ def timeline_figure(
             seg_x += [r["step"], r["end"], None]
             seg_y += [r["factor"], r["factor"], None]
         color = ALERT_COLORS[severity]
-        data.append({"type": "scatter", "x": seg_x, "y": seg_y, "mode": "lines",
-                     "line": {"color": color, "width": 6}, "opacity": 0.5,
-                     "hoverinfo": "skip", "showlegend": False})  # fmt: skip
-        data.append({
-            "type": "scatter", "x": [r["step"] for r in rows], "y": [r["factor"] for r in rows],
-            "mode": "markers", "name": f"alert: {severity}", "text": [r["text"] for r in rows],
-            "marker": {"size": 11, "color": color, "symbol": "triangle-down"},
-            "hovertemplate": "%{text}<extra></extra>",
-        })  # fmt: skip
+        data.append(
+            {
+                "type": "scatter",
+                "x": seg_x,
+                "y": seg_y,
+                "mode": "lines",
+                "line": {"color": color, "width": 6},
+                "opacity": 0.5,
+                "hoverinfo": "skip",
+                "showlegend": False,
+            }
+        )
+        data.append(
+            {
+                "type": "scatter",
+                "x": [r["step"] for r in rows],
+                "y": [r["factor"] for r in rows],
+                "mode": "markers",
+                "name": f"alert: {severity}",
+                "text": [r["text"] for r in rows],
+                "marker": {"size": 11, "color": color, "symbol": "triangle-down"},
+                "hovertemplate": "%{text}<extra></extra>",
+            }
+        )
     for status in ("pending", "applied", "rejected"):
         ms = [m for m in action_marks if m.level == status]
         if ms:
-            data.append({
-                "type": "scatter", "x": [m.step for m in ms], "y": ["actions"] * len(ms),
-                "mode": "markers+text", "name": f"action: {status}",
-                "marker": {"size": 12, "color": ACTION_COLORS[status], "symbol": "diamond"},
-                "text": [m.label for m in ms], "textposition": "top center",
-                "customdata": [m.text for m in ms], "hovertemplate": "%{customdata}<extra></extra>",
-            })  # fmt: skip
+            data.append(
+                {
+                    "type": "scatter",
+                    "x": [m.step for m in ms],
+                    "y": ["actions"] * len(ms),
+                    "mode": "markers+text",
+                    "name": f"action: {status}",
+                    "marker": {"size": 12, "color": ACTION_COLORS[status], "symbol": "diamond"},
+                    "text": [m.label for m in ms],
+                    "textposition": "top center",
+                    "customdata": [m.text for m in ms],
+                    "hovertemplate": "%{customdata}<extra></extra>",
+                }
+            )
     yaxis = {"categoryorder": "array", "categoryarray": [*FACTORS, "actions"]}
     return _figure(data, _layout("Alerts (by blamed factor) and actions", height, yaxis=yaxis))
 
@@ -251,9 +316,13 @@ def timeline_figure(
 def add_vlines(fig: go.Figure, lines: Sequence[tuple[float, str, str]]) -> None:
     """Dashed vertical lines (step, label, colour), e.g. the collapse onset and the peak."""
     for step, label, color in lines:
-        fig.add_vline(x=step, line={"dash": "dash", "color": color, "width": 1.5},
-                      annotation_text=label, annotation_position="top left",
-                      annotation_font={"size": 10, "color": color})  # fmt: skip
+        fig.add_vline(
+            x=step,
+            line={"dash": "dash", "color": color, "width": 1.5},
+            annotation_text=label,
+            annotation_position="top left",
+            annotation_font={"size": 10, "color": color},
+        )
 
 
 def lead_figure(rows: Sequence[Mapping[str, Any]], height: int = 320) -> go.Figure:
@@ -265,14 +334,22 @@ def lead_figure(rows: Sequence[Mapping[str, Any]], height: int = 320) -> go.Figu
     for r in rows:
         by_factor.setdefault(str(r["factor"]), []).append(r)
     data = [
-        {"type": "bar", "orientation": "h", "x": [r["lead"] for r in rs],
-         "y": [r["metric"] for r in rs], "name": factor,
-         "marker": {"color": FACTOR_COLORS.get(factor, "#bbbbbb")},
-         "hovertemplate": "%{y}: moved %{x} steps before the onset<extra></extra>"}
+        {
+            "type": "bar",
+            "orientation": "h",
+            "x": [r["lead"] for r in rs],
+            "y": [r["metric"] for r in rs],
+            "name": factor,
+            "marker": {"color": FACTOR_COLORS.get(factor, "#bbbbbb")},
+            "hovertemplate": "%{y}: moved %{x} steps before the onset<extra></extra>",
+        }
         for factor, rs in by_factor.items()
-    ]  # fmt: skip
+    ]
     order = [r["metric"] for r in rows][::-1]
-    layout = _layout("Precursors ranked by lead", height,
-                     yaxis={"categoryorder": "array", "categoryarray": order},
-                     xaxis={"title": {"text": "lead (steps before onset)"}})  # fmt: skip
+    layout = _layout(
+        "Precursors ranked by lead",
+        height,
+        yaxis={"categoryorder": "array", "categoryarray": order},
+        xaxis={"title": {"text": "lead (steps before onset)"}},
+    )
     return _figure(data, layout)

@@ -198,16 +198,23 @@ def charts_body(
         i = 0
         for panel in drawn:
             sub = {m: series[m] for m in panel.metrics if m in series}
-            fig = charts.line_figure(panel.title, sub, spans=spans, marks=marks,
-                                     log_y=panel.log_y and _all_positive(sub))  # fmt: skip
+            fig = charts.line_figure(
+                panel.title, sub, spans=spans, marks=marks, log_y=panel.log_y and _all_positive(sub)
+            )
             cols[i % 2].plotly_chart(fig, key=f"panel-{panel.title}")
             i += 1
         for base, layer_names in layers.items():
             steps, layer_ids, z = load_layers(path, tuple(layer_names), MAX_COLS, fp)
             fig = charts.heatmap_figure(
-                f"routing/{base} per layer", steps, [f"layer {i}" for i in layer_ids], z,
-                spans=spans, marks=marks, zmin=0.0, colorbar_title="share differing",
-            )  # fmt: skip
+                f"routing/{base} per layer",
+                steps,
+                [f"layer {i}" for i in layer_ids],
+                z,
+                spans=spans,
+                marks=marks,
+                zmin=0.0,
+                colorbar_title="share differing",
+            )
             cols[i % 2].plotly_chart(fig, key=f"layers-{base}")
             i += 1
         missing = [m for p in panels for m in p.metrics if m not in present]
@@ -219,8 +226,9 @@ def charts_body(
         cols = st.columns(2)
         for i, hname in enumerate(distribution_order(rec.hist_names)):
             h = load_histograms(path, hname, last_step, MAX_COLS, max_points, fp)
-            fig = charts.distribution_figure(hname, h.steps, h.edges, h.counts, h.quantiles,
-                                             spans=spans, marks=marks)  # fmt: skip
+            fig = charts.distribution_figure(
+                hname, h.steps, h.edges, h.counts, h.quantiles, spans=spans, marks=marks
+            )
             cols[i % 2].plotly_chart(fig, key=f"dist-{hname}")
     if extra:
         st.subheader("Other metrics")
@@ -243,13 +251,15 @@ def render() -> None:
     sections = st.pills("Sections", choices, selection_mode="multi", default=asked or choices)
     with st.expander("More metrics and display options"):
         extra = st.multiselect("Other metrics to draw", others)
-        max_points = st.select_slider("Points per line", [500, 1000, MAX_POINTS, 3000, 6000],
-                                      value=MAX_POINTS)  # fmt: skip
+        max_points = st.select_slider(
+            "Points per line", [500, 1000, MAX_POINTS, 3000, 6000], value=MAX_POINTS
+        )
         auto = st.toggle("Refresh while the run is live", value=True)
         floor = max(s.refresh_s, CHART_REFRESH_DEFAULT_S)
         default_every = next((e for e in CHART_REFRESH_S if e >= floor), CHART_REFRESH_S[-1])
-        chart_every = st.select_slider("Charts refresh every (s)", CHART_REFRESH_S,
-                                       value=default_every)  # fmt: skip
+        chart_every = st.select_slider(
+            "Charts refresh every (s)", CHART_REFRESH_S, value=default_every
+        )
     live = run.summary.status == "live" and auto
     if live:
         st.caption(f"status refreshed every {s.refresh_s:g} s, charts every {chart_every:g} s")

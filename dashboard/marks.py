@@ -70,8 +70,9 @@ def merge_spans(spans: Sequence[Span], gap: int) -> list[Span]:
         if out and s.start <= out[-1].end + gap:
             last = out[-1]
             factors = tuple(dict.fromkeys(last.factors + s.factors))
-            out[-1] = Span(last.start, max(last.end, s.end), _worst(last.severity, s.severity),
-                           factors)  # fmt: skip
+            out[-1] = Span(
+                last.start, max(last.end, s.end), _worst(last.severity, s.severity), factors
+            )
         else:
             out.append(s)
     return out
@@ -103,8 +104,10 @@ def alert_marks(alerts: Iterable[Alert]) -> list[Mark]:
     out = []
     for a in alerts:
         evidence = f"{a.metric} = {a.value:.4g} (baseline {a.baseline:.4g}, window {a.window})"
-        text = (f"alert #{a.id} · {a.severity} · step {a.step}<br>{a.message}<br>{evidence}"
-                f"<br>blamed factor: {a.factor}<br>remedy: {a.remedy}")  # fmt: skip
+        text = (
+            f"alert #{a.id} · {a.severity} · step {a.step}<br>{a.message}<br>{evidence}"
+            f"<br>blamed factor: {a.factor}<br>remedy: {a.remedy}"
+        )
         out.append(Mark(a.step, "alert", a.severity, a.detector, text))
     return out
 
@@ -118,8 +121,10 @@ def action_marks(actions: Iterable[Action], last_step: int | None) -> list[Mark]
         else:
             step = a.resolved_step if a.resolved_step is not None else (a.step or 0)
         params = ", ".join(f"{k}={v}" for k, v in a.params.items()) or "no params"
-        text = (f"action #{a.id} {a.kind} ({params}) · {a.status} · from {a.source}"
-                f"<br>{a.reason}" + (f"<br>{a.detail}" if a.detail else ""))  # fmt: skip
+        text = (
+            f"action #{a.id} {a.kind} ({params}) · {a.status} · from {a.source}"
+            f"<br>{a.reason}" + (f"<br>{a.detail}" if a.detail else "")
+        )
         out.append(Mark(step, "action", a.status, a.kind, text))
     return out
 

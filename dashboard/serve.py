@@ -101,9 +101,13 @@ def start_dashboard(
     out = open(log_file, "ab") if log_file is not None else None  # noqa: SIM115 (child owns it)
     try:
         return subprocess.Popen(
-            streamlit_command(host, port), env=env, cwd=str(ROOT),
-            stdout=out, stderr=subprocess.STDOUT if out else None, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+            streamlit_command(host, port),
+            env=env,
+            cwd=str(ROOT),
+            stdout=out,
+            stderr=subprocess.STDOUT if out else None,
+            stdin=subprocess.DEVNULL,
+        )
     finally:
         if out is not None:
             out.close()  # the child holds its own descriptor

@@ -219,15 +219,17 @@ def analyze_run(
         series = reader.scalars(names)
         steps = reader.steps()
         result = Analysis(
-            run=str(run), run_id=meta.run_id,
+            run=str(run),
+            run_id=meta.run_id,
             first_step=int(steps[0]) if len(steps) else None,
             last_step=int(steps[-1]) if len(steps) else None,
-            outcome=None, onset=None,
+            outcome=None,
+            onset=None,
             alerts=[dataclasses.asdict(a) for a in reader.alerts()],
             actions=[dataclasses.asdict(a) for a in reader.actions()],
             events=[dataclasses.asdict(e) for e in reader.events()],
             series=series,
-        )  # fmt: skip
+        )
     if outcome is not None and outcome not in series:
         from monitor.errors import UserError
 
@@ -266,9 +268,18 @@ def analyze_run(
         step, z, base, value, log_scale = moved
         direction = "non-finite" if not math.isfinite(value) else "up" if z > 0 else "down"
         result.precursors.append(
-            Precursor(name, factor_of(name, config), step, onset - step, direction, abs(z),
-                      base, value, log_scale)
-        )  # fmt: skip
+            Precursor(
+                name,
+                factor_of(name, config),
+                step,
+                onset - step,
+                direction,
+                abs(z),
+                base,
+                value,
+                log_scale,
+            )
+        )
     result.precursors.sort(key=lambda p: (-p.lead, -p.z, p.metric))
     first = next((p for p in result.precursors if p.factor in IS_FACTORS), None)
     result.first_factor = first.factor if first else None

@@ -57,19 +57,28 @@ def _outcome_figure(a: Analysis) -> Any:
     fig.add_scatter(x=xs, y=ys, name="running median", line={"color": "#1f77b4", "width": 2.5})
     if a.onset is not None:
         fig.add_scatter(
-            x=[a.onset.peak_step], y=[a.onset.peak], mode="markers", name="peak",
+            x=[a.onset.peak_step],
+            y=[a.onset.peak],
+            mode="markers",
+            name="peak",
             marker={"size": 10, "color": "#2ca02c"},
-        )  # fmt: skip
+        )
         _vline(fig, a.onset.step, "#d62728", f"onset {a.onset.step}")
     if a.alerts:
         top = float(np.nanmax(values[ok])) if ok.any() else 1.0
         fig.add_scatter(
-            x=[al["step"] for al in a.alerts], y=[top] * len(a.alerts), mode="markers",
-            name="alerts", marker={"symbol": "triangle-down", "size": 9,
-                                   "color": [_SEVERITY_COLOR[al["severity"]] for al in a.alerts]},
+            x=[al["step"] for al in a.alerts],
+            y=[top] * len(a.alerts),
+            mode="markers",
+            name="alerts",
+            marker={
+                "symbol": "triangle-down",
+                "size": 9,
+                "color": [_SEVERITY_COLOR[al["severity"]] for al in a.alerts],
+            },
             text=[f"{al['severity']} {al['detector']}: {al['message']}" for al in a.alerts],
             hoverinfo="text+x",
-        )  # fmt: skip
+        )
     fig.update_layout(title=f"Outcome: {a.outcome}", xaxis_title="step", height=380)
     return fig
 
@@ -79,17 +88,25 @@ def _precursor_figure(a: Analysis) -> Any:
 
     shown = a.precursors[:MAX_PRECURSOR_CHARTS]
     fig = make_subplots(
-        rows=len(shown), cols=1, shared_xaxes=True, vertical_spacing=0.25 / len(shown),
+        rows=len(shown),
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.25 / len(shown),
         subplot_titles=[f"{p.metric} — moved {p.lead} steps before the onset" for p in shown],
-    )  # fmt: skip
+    )
     for row, p in enumerate(shown, start=1):
         xs, ys = _thin(*a.series[p.metric])
         fig.add_scatter(x=xs, y=ys, name=p.metric, row=row, col=1, showlegend=False)
         if a.first_step is not None and a.baseline_end is not None:
             fig.add_vrect(
-                x0=a.first_step, x1=a.baseline_end, fillcolor="#bbbbbb", opacity=0.2,
-                line_width=0, row=row, col=1,
-            )  # fmt: skip
+                x0=a.first_step,
+                x1=a.baseline_end,
+                fillcolor="#bbbbbb",
+                opacity=0.2,
+                line_width=0,
+                row=row,
+                col=1,
+            )
         fig.add_vline(x=p.moved_step, line_dash="dot", line_color="#ff7f0e", row=row, col=1)
         fig.add_vline(x=a.onset.step, line_dash="dash", line_color="#d62728", row=row, col=1)
         if p.log_scale:
@@ -187,18 +204,32 @@ def render_html(a: Analysis) -> str:
         f"<p class='verdict'>{html.escape(verdict)}</p>",
         *charts,
         "<h2>Precursors, earliest first</h2>",
-        _table(precursors, ["metric", "factor", "moved_step", "lead", "direction", "z",
-                            "baseline", "value"]),
+        _table(
+            precursors,
+            ["metric", "factor", "moved_step", "lead", "direction", "z", "baseline", "value"],
+        ),
         "<h2>Alerts</h2>",
-        _table(a.alerts, ["step", "severity", "detector", "metric", "value", "baseline",
-                          "factor", "message", "remedy", "cleared_step"]),
+        _table(
+            a.alerts,
+            [
+                "step",
+                "severity",
+                "detector",
+                "metric",
+                "value",
+                "baseline",
+                "factor",
+                "message",
+                "remedy",
+                "cleared_step",
+            ],
+        ),
         "<h2>Actions</h2>",
-        _table(a.actions, ["id", "step", "kind", "params", "source", "status", "reason",
-                           "detail"]),
+        _table(a.actions, ["id", "step", "kind", "params", "source", "status", "reason", "detail"]),
         "<h2>Events</h2>",
         _table(a.events, ["step", "kind", "detail"]),
         "<h2>Notes</h2>",
         "<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in a.notes) + "</ul>",
         "</body></html>",
-    ]  # fmt: skip
+    ]
     return "\n".join(parts)

@@ -75,8 +75,10 @@ def main(argv: list[str]) -> int:
 
     renamed: dict[str, str] = {}
     steps = sorted(parsed.rows)
-    rows = {step: parsed.rows[step] if args.keep_names else rename(parsed.rows[step], renamed)
-            for step in steps}  # fmt: skip
+    rows = {
+        step: parsed.rows[step] if args.keep_names else rename(parsed.rows[step], renamed)
+        for step in steps
+    }
     provenance = {"imported_from": str(args.file.resolve()), "format": fmt}
     n_alerts = 0
     with Monitor(args.out, config=provenance) as mon:
@@ -98,6 +100,8 @@ def main(argv: list[str]) -> int:
     if parsed.non_numeric:
         print(f"note: {parsed.non_numeric} non-numeric field(s) ignored", file=sys.stderr)
     if parsed.overwritten:
-        print(f"note: {parsed.overwritten} repeated (step, metric) value(s); the last kept",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"note: {parsed.overwritten} repeated (step, metric) value(s); the last kept",
+            file=sys.stderr,
+        )
     return 0

@@ -44,22 +44,30 @@ class PrometheusExporter:
         self.run = run
         self.registry = registry if registry is not None else CollectorRegistry()
         self._metric = Gauge(
-            METRIC, "Latest value of a minirl scalar, by canonical name.", ["run", "name"],
+            METRIC,
+            "Latest value of a minirl scalar, by canonical name.",
+            ["run", "name"],
             registry=self.registry,
-        )  # fmt: skip
+        )
         self._step = Gauge("minirl_step", "Last logged step.", ["run"], registry=self.registry)
         self._last_log = Gauge(
-            "minirl_last_log_timestamp_seconds", "Unix time of the last logged step.", ["run"],
+            "minirl_last_log_timestamp_seconds",
+            "Unix time of the last logged step.",
+            ["run"],
             registry=self.registry,
-        )  # fmt: skip
+        )
         self._alert_open = Gauge(
-            ALERT_OPEN, "1 while a monitor alert is open, 0 once cleared.",
-            ["run", "detector", "metric", "severity", "factor"], registry=self.registry,
-        )  # fmt: skip
-        self._alerts = Counter(
-            "minirl_alerts", "Monitor alerts raised.", ["run", "detector", "severity", "factor"],
+            ALERT_OPEN,
+            "1 while a monitor alert is open, 0 once cleared.",
+            ["run", "detector", "metric", "severity", "factor"],
             registry=self.registry,
-        )  # fmt: skip
+        )
+        self._alerts = Counter(
+            "minirl_alerts",
+            "Monitor alerts raised.",
+            ["run", "detector", "severity", "factor"],
+            registry=self.registry,
+        )
         # (detector, metric) -> label values of its open alert, to zero it on clearing.
         self._open: dict[tuple[str, str], tuple[str, ...]] = {}
         self._lock = threading.Lock()

@@ -106,8 +106,9 @@ class ColdStart:
 
 def cache_key(model_cfg: ModelConfig, task_cfg: TaskConfig, cfg: ColdStartConfig) -> str:
     """Hash of everything that determines the weights (not the cache location)."""
-    return config_hash(model_cfg, task_cfg, dataclasses.replace(cfg, cache_dir="-"),
-                       COLDSTART_VERSION)  # fmt: skip
+    return config_hash(
+        model_cfg, task_cfg, dataclasses.replace(cfg, cache_dir="-"), COLDSTART_VERSION
+    )
 
 
 def lr_at(cfg: ColdStartConfig, step: int) -> float:
@@ -128,8 +129,9 @@ def sft_batch(tokenizer: Any, examples: list[Example]) -> dict[str, torch.Tensor
     prompt and padding, so the loss covers target tokens and the closing EOS only."""
     prompts = encode_prompts(tokenizer, [ex.prompt for ex in examples])
     eos = tokenizer.eos_token_id
-    targets = [tokenizer(ex.target, add_special_tokens=False)["input_ids"] + [eos]
-               for ex in examples]  # fmt: skip
+    targets = [
+        tokenizer(ex.target, add_special_tokens=False)["input_ids"] + [eos] for ex in examples
+    ]
     width = max(len(p) + len(t) for p, t in zip(prompts, targets, strict=True))
     ids = torch.full((len(examples), width), tokenizer.pad_token_id, dtype=torch.long)
     labels = torch.full((len(examples), width), -100, dtype=torch.long)
@@ -149,8 +151,9 @@ def _check_alphabet(tokenizer: Any, task: Task) -> None:
         raise UserError(f"task: characters {sorted(missing)} are not in the model's tokenizer")
 
 
-def _progress(step: int, total: int, loss: float, lr: float, t0: float,
-              check_acc: float | None) -> None:  # fmt: skip
+def _progress(
+    step: int, total: int, loss: float, lr: float, t0: float, check_acc: float | None
+) -> None:
     elapsed = time.monotonic() - t0
     eta = elapsed / step * (total - step)
     line = f"cold start  step {step}/{total}  loss {loss:.3f}  lr {lr:.1e}"
@@ -173,21 +176,29 @@ class SFTResult:
     """Last sampled accuracy on the check prompts (None if never checked)."""
 
 
-def check_accuracy(model: torch.nn.Module, tokenizer: Any, task: Task, examples: list[Example],
-                   seed: int) -> float:  # fmt: skip
+def check_accuracy(
+    model: torch.nn.Module, tokenizer: Any, task: Task, examples: list[Example], seed: int
+) -> float:
     """Sampled (temperature 1) accuracy on `examples`, one response each."""
     prompts = encode_prompts(tokenizer, [ex.prompt for ex in examples])
     ids = generate(
-        model, prompts, n=1, max_new_tokens=task.max_target_chars + 1,
-        eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, greedy=False, seed=seed,
-    )  # fmt: skip
+        model,
+        prompts,
+        n=1,
+        max_new_tokens=task.max_target_chars + 1,
+        eos_id=tokenizer.eos_token_id,
+        pad_id=tokenizer.pad_token_id,
+        greedy=False,
+        seed=seed,
+    )
     texts = decode_responses(tokenizer, ids)
     rewards = [task.reward(t, ex.answer) for t, ex in zip(texts, examples, strict=True)]
     return sum(rewards) / len(rewards)
 
 
-def train_sft(model: torch.nn.Module, tokenizer: Any, task: Task, cfg: ColdStartConfig,
-              progress: bool = True) -> SFTResult:  # fmt: skip
+def train_sft(
+    model: torch.nn.Module, tokenizer: Any, task: Task, cfg: ColdStartConfig, progress: bool = True
+) -> SFTResult:
     """SFT `model` in place for cfg.steps steps, or until its sampled accuracy on
     cfg.check_prompts train-split prompts reaches cfg.stop_at_sampled_acc."""
     opt = torch.optim.AdamW(
@@ -252,9 +263,13 @@ def cold_start(
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         metrics = _train_into(tmp, model_cfg, task_cfg, cfg, eval_cfg or EvalConfig(), progress)
-        meta = {"version": COLDSTART_VERSION, "metrics": metrics,
-                "model": dataclasses.asdict(model_cfg), "task": dataclasses.asdict(task_cfg),
-                "cold_start": dataclasses.asdict(cfg)}  # fmt: skip
+        meta = {
+            "version": COLDSTART_VERSION,
+            "metrics": metrics,
+            "model": dataclasses.asdict(model_cfg),
+            "task": dataclasses.asdict(task_cfg),
+            "cold_start": dataclasses.asdict(cfg),
+        }
         (tmp / META).write_text(json.dumps(meta, indent=2) + "\n")
         try:
             tmp.rename(final)
@@ -266,8 +281,14 @@ def cold_start(
     return ColdStart(final, False, metrics)
 
 
-def _train_into(out: Path, model_cfg: ModelConfig, task_cfg: TaskConfig, cfg: ColdStartConfig,
-                eval_cfg: EvalConfig, progress: bool) -> dict[str, float]:  # fmt: skip
+def _train_into(
+    out: Path,
+    model_cfg: ModelConfig,
+    task_cfg: TaskConfig,
+    cfg: ColdStartConfig,
+    eval_cfg: EvalConfig,
+    progress: bool,
+) -> dict[str, float]:
     t0 = time.monotonic()
     task = make_task(task_cfg)
     build_tiny_checkpoint(model_cfg, out)
@@ -280,8 +301,13 @@ def _train_into(out: Path, model_cfg: ModelConfig, task_cfg: TaskConfig, cfg: Co
             sft = train_sft(model, tokenizer, task, cfg, progress=progress)
         model.save_pretrained(out)
     train_s = time.monotonic() - t0
-    acc = evaluate(model, tokenizer, task, dataclasses.replace(eval_cfg, mode="both"),
-                   max_new_tokens=task.max_target_chars + 1)  # fmt: skip
+    acc = evaluate(
+        model,
+        tokenizer,
+        task,
+        dataclasses.replace(eval_cfg, mode="both"),
+        max_new_tokens=task.max_target_chars + 1,
+    )
     trained = {} if sft.steps == 0 else {"coldstart/loss": sft.loss}
     if sft.check_acc is not None:
         trained["coldstart/check_acc"] = sft.check_acc

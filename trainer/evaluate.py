@@ -111,8 +111,9 @@ def generate(
     or at max_new_tokens, decoded by the inference engine's own loop (`decode`) in
     batches of `batch_size` rows; a prompt's responses do not depend on its batch."""
     rows = [list(p) for p in prompts for _ in range(n)]
-    params = SamplingParams(n=1, max_new_tokens=max_new_tokens,
-                            temperature=0.0 if greedy else temperature)  # fmt: skip
+    params = SamplingParams(
+        n=1, max_new_tokens=max_new_tokens, temperature=0.0 if greedy else temperature
+    )
     gen = torch.Generator().manual_seed(seed)
     was_training = model.training
     model.eval()
@@ -120,8 +121,9 @@ def generate(
     try:
         for start in range(0, len(rows), batch_size):
             batch = rows[start : start + batch_size]
-            out += decode(model, batch, params, eos_id=eos_id, pad_id=pad_id,
-                          generator=gen).responses()  # fmt: skip
+            out += decode(
+                model, batch, params, eos_id=eos_id, pad_id=pad_id, generator=gen
+            ).responses()
     finally:
         model.train(was_training)
     return out
@@ -161,10 +163,17 @@ def evaluate(
         n = 1 if name == "greedy" else cfg.samples
         if isinstance(policy, nn.Module):
             ids = generate(
-                policy, prompts, n=n, max_new_tokens=cap, eos_id=tokenizer.eos_token_id,
-                pad_id=tokenizer.pad_token_id, greedy=name == "greedy",
-                temperature=cfg.temperature, seed=seed, batch_size=cfg.batch_size,
-            )  # fmt: skip
+                policy,
+                prompts,
+                n=n,
+                max_new_tokens=cap,
+                eos_id=tokenizer.eos_token_id,
+                pad_id=tokenizer.pad_token_id,
+                greedy=name == "greedy",
+                temperature=cfg.temperature,
+                seed=seed,
+                batch_size=cfg.batch_size,
+            )
             texts = decode_responses(tokenizer, ids)
         else:
             temperature = 0.0 if name == "greedy" else cfg.temperature

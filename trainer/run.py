@@ -10,13 +10,12 @@ protocols (trainer/engines/base.py); factory.py picks the backends. `resume=True
 continues from the last checkpoint with the store truncated to it, so no step is lost or
 logged twice. A rollback restores an earlier checkpoint exactly (weights, optimiser,
 RNG, data position) but keeps counting steps forward: the rolled-back branch stays in the
-store as evidence. (Past 400 lines: the loop and its step-boundary handlers — incidents,
-actions, rollback, checkpoints — read best together.)
+store as evidence. What happens at a step boundary (incidents, actions, rollback) is in
+trainer/boundary.py.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ import torch
 
 from monitor import Monitor
 from monitor.errors import UserError
+from trainer.boundary import apply_actions, induce, rollback
 from trainer.checkpoints import (
     controls_from_data,
     list_checkpoints,
@@ -35,11 +35,11 @@ from trainer.checkpoints import (
 )
 from trainer.coldstart import ColdStart, cold_start
 from trainer.config import RunConfig, config_to_dict, dump_config, load_config
-from trainer.controls import Controls, Rejected, Request, apply_action
+from trainer.controls import Controls
 from trainer.engines.base import InferenceEngine, TrainingEngine, WeightSyncError
 from trainer.engines.factory import make_inference_engine, make_training_engine
 from trainer.evaluate import evaluate, policy_accuracy
-from trainer.incidents import SET_ROLLOUT_QUANT, Incident, apply_rollout_quant, due
+from trainer.incidents import due
 from trainer.progress import NoProgress, Progress
 from trainer.step import NonFiniteBatch, StepResult, rl_step
 from trainer.tasks import Task, make_task
@@ -106,7 +106,7 @@ def train(
         resume=resume,
     )
     bar = Progress(last + 1, cfg.train.steps) if progress else NoProgress()
-    run = _Run(cfg, run_dir, mon, policy, task, controls, bar, step=last, logged=last, pos=pos)
+    run = RunState(cfg, run_dir, mon, policy, task, controls, bar, step=last, logged=last, pos=pos)
 
     # ---- the inference engine, step 0, the steps; a crash is recorded, then raised -------
     try:
@@ -129,8 +129,10 @@ def train(
 
 
 @dataclass
-class _Run:
-    """What the loop works on: the config, the store, both engines, the controls."""
+class RunState:
+    """What the loop works on: the config, the store, both engines, the controls, and
+    where the run is (step, data position); the step-boundary handlers
+    (trainer/boundary.py) change it."""
 
     cfg: RunConfig
     run_dir: Path
@@ -154,35 +156,50 @@ class _Run:
     partial: bool = False
     """Interrupted mid-step: that step is neither logged nor checkpointed."""
 
+    def set_lr(self, next_step: bool = True) -> None:
+        """lr = base × remediation's scale × the schedule at the data position (of the
+        next step, or of the current one), never above remediation's cap (a cap holds
+        whatever the schedule or a scripted ramp does)."""
+        c, base = self.controls, self.cfg.optim.lr
+        scale = c.lr_scale * self.cfg.train.lr_scale(self.pos - 1 if next_step else self.pos)
+        if c.lr_cap is not None:
+            scale = min(scale, c.lr_cap / base)
+        self.policy.set_lr_scale(scale)
 
-def _steps(run: _Run) -> str:
+
+def _steps(run: RunState) -> str:
     """RL steps until the last, a stop action or an unrepaired non-finite batch; returns
     why the loop ended."""
     tc = run.cfg.train
     while run.step < tc.steps:
         # ---- step boundary: scripted incidents, then remediation actions ----------------
         for incident in due(tc.incidents, run.step + 1):
-            _induce(run, incident)
-        request = _apply_actions(run)  # automatic or from the dashboard
+            induce(run, incident)
+        request = apply_actions(run)  # automatic or from the dashboard
         if request is not None and request.kind == "stop":
             return "stop action"
         if request is not None and request.kind == "rollback":
-            _rollback(run, request)
+            rollback(run, request)
         run.step += 1
         run.pos += 1
-        _set_lr(run)
+        run.set_lr()
 
         # ---- the MiniRL step -------------------------------------------------------------
         examples = run.task.sample_train(tc.prompts_per_step, seed=f"{run.cfg.seed}:{run.pos}")
         try:
             result = rl_step(
-                examples, run.policy, run.engine, run.task, run.controls, run.cfg.sampling,
+                examples,
+                run.policy,
+                run.engine,
+                run.task,
+                run.controls,
+                run.cfg.sampling,
                 seed=run.cfg.seed * 1_000_003 + run.pos,
                 advantage_baseline=tc.advantage_baseline,
                 advantage_std_norm=tc.advantage_std_norm,
                 diagnostics=tc.diagnostics,
                 probe_grad_cosine=tc.grad_cosine_every > 0 and run.step % tc.grad_cosine_every == 0,
-            )  # fmt: skip
+            )
         except NonFiniteBatch as err:
             if not _record_nonfinite(run, err):
                 return "non-finite"
@@ -200,26 +217,27 @@ def _steps(run: _Run) -> str:
     return "completed"
 
 
-def _start_inference(run: _Run, start: ColdStart, resume: bool) -> None:
+def _start_inference(run: RunState, start: ColdStart, resume: bool) -> None:
     """The inference engine on the cold-start weights (a resume syncs the checkpoint's),
     the lr of the first step and, on a new run, the held-out accuracy at step 0."""
     mon, policy = run.mon, run.policy
     if resume:
         mon.truncate_after(run.step)
     else:
-        mon.event("cold_start", {"checkpoint": str(start.path), "reused": start.reused,
-                                 **start.metrics})  # fmt: skip
+        mon.event(
+            "cold_start", {"checkpoint": str(start.path), "reused": start.reused, **start.metrics}
+        )
     run.engine = make_inference_engine(start.path, run.cfg.engine)
     if resume:
         run.engine.update_weights(policy.model)
-    _set_lr(run, next_step=False)
+    run.set_lr(next_step=False)
     if not resume:  # step 0: the cold-start policy's held-out accuracy
         acc = _evaluate(run)
         mon.log(0, acc)
         run.bar.message(f"held-out accuracy after cold start: {acc['eval/acc']:.3f}")
 
 
-def _close(run: _Run, stopped: str) -> None:
+def _close(run: RunState, stopped: str) -> None:
     """Record why the run stopped and close the store and the inference engine."""
     run.mon.event("stop", {"step": run.step, "reason": stopped})
     run.mon.close()
@@ -240,17 +258,7 @@ def _resume_from_checkpoint(run_dir: Path, policy: TrainingEngine) -> tuple[int,
     return last, int(payload.get("pos", last)), controls_from_data(payload["controls"])
 
 
-def _set_lr(run: _Run, next_step: bool = True) -> None:
-    """lr = base × remediation's scale × the schedule at the data position, never above
-    remediation's cap (a cap holds whatever the schedule or a scripted ramp does)."""
-    c, base = run.controls, run.cfg.optim.lr
-    scale = c.lr_scale * run.cfg.train.lr_scale(run.pos - 1 if next_step else run.pos)
-    if c.lr_cap is not None:
-        scale = min(scale, c.lr_cap / base)
-    run.policy.set_lr_scale(scale)
-
-
-def _log(run: _Run, result: StepResult) -> None:
+def _log(run: RunState, result: StepResult) -> None:
     """One Monitor.log of the step; its warnings and criticals on the progress bar."""
     alerts = run.mon.log(run.step, result.scalars, result.distributions)
     run.logged = run.step
@@ -260,7 +268,7 @@ def _log(run: _Run, result: StepResult) -> None:
     run.bar.update(run.step, result.scalars)
 
 
-def _record_nonfinite(run: _Run, err: NonFiniteBatch) -> bool:
+def _record_nonfinite(run: RunState, err: NonFiniteBatch) -> bool:
     """Nothing was trained on the batch: record the step as non-finite. True if a
     rollback is pending (the monitor's remediation repairs it), else the run stops."""
     run.mon.event("nonfinite", {"step": run.step, "error": str(err)})
@@ -272,7 +280,7 @@ def _record_nonfinite(run: _Run, err: NonFiniteBatch) -> bool:
     return False
 
 
-def _record_crash(run: _Run, err: BaseException) -> None:
+def _record_crash(run: RunState, err: BaseException) -> None:
     """Record the crash and close the store and the engine; a failed weight sync becomes
     one clear UserError (the engine no longer computes what the policy computes, so every
     later IS weight would be wrong: the run stops, its record and checkpoints stay)."""
@@ -290,7 +298,7 @@ def _record_crash(run: _Run, err: BaseException) -> None:
         ) from None
 
 
-def _evaluate(run: _Run) -> dict[str, float]:
+def _evaluate(run: RunState) -> dict[str, float]:
     """eval/* of the inference engine (μ), plus eval/acc_policy of π if asked for."""
     cfg, policy = run.cfg, run.policy
     max_new = cfg.sampling.max_new_tokens
@@ -309,107 +317,22 @@ def _eval_due(step: int, cfg: RunConfig) -> bool:
     return step == cfg.train.steps or (every > 0 and step % every == 0)
 
 
-def _checkpoint(run: _Run) -> None:
+def _checkpoint(run: RunState) -> None:
     """Save the policy, its optimiser, the controls and the data position at run.step;
     keep the newest few and the healthy one an open episode would roll back to. The
     checkpoint event says whether it was taken inside an episode (`healthy`)."""
     mon = run.mon
     protect = mon.last_healthy_step(list(list_checkpoints(run.run_dir)))
     path = save_checkpoint(
-        run.run_dir, run.step, run.policy.state_dict(), run.controls, run.cfg.keep_checkpoints,
-        pos=run.pos, protect=frozenset() if protect is None else frozenset({protect}),
-    )  # fmt: skip
-    healthy = mon.episode_start() is None
-    mon.event("checkpoint", {"step": run.step, "pos": run.pos, "path": str(path),
-                             "healthy": healthy})  # fmt: skip
-
-
-def _induce(run: _Run, incident: Incident) -> None:
-    """Apply one scripted incident, record it as an `incident` event (labelled induced)."""
-    if incident.kind == SET_ROLLOUT_QUANT:
-        apply_rollout_quant(run.engine, run.policy.model, incident.params["weight_quant"])
-    else:
-        try:
-            out = _apply(run, incident.kind, incident.params)
-        except Rejected as why:
-            raise UserError(f"{incident.describe()}: cannot be applied ({why})") from None
-        assert isinstance(out, Controls)  # rollback/stop are not incident kinds
-        run.controls = out
-        run.mon.update_controls(out.for_monitor(run.cfg.optim.lr, run.policy.is_moe))
-    run.mon.event("incident", {"kind": incident.kind, "params": incident.params,
-                               "note": incident.describe(), "induced": True})  # fmt: skip
-    run.bar.message(incident.describe())
-
-
-def _apply(run: _Run, kind: str, params: dict[str, Any]) -> Controls | Request:
-    """An action on the run's controls (trainer/controls.py); raises Rejected."""
-    return apply_action(
+        run.run_dir,
+        run.step,
+        run.policy.state_dict(),
         run.controls,
-        kind,
-        params,
-        prompts_per_step=run.cfg.train.prompts_per_step,
-        moe=run.policy.is_moe,
+        run.cfg.keep_checkpoints,
+        pos=run.pos,
+        protect=frozenset() if protect is None else frozenset({protect}),
     )
-
-
-def _apply_actions(run: _Run) -> Request | None:
-    """Apply every pending action in order; a stop or rollback request is returned to the
-    loop (a stop wins over a rollback). Each action is resolved applied or rejected."""
-    request: Request | None = None
-    for action in run.mon.pending_actions():
-        try:
-            out = _apply(run, action.kind, action.params)
-        except Rejected as why:
-            run.mon.resolve(action.id, "rejected", str(why))
-            run.bar.message(f"action {action.kind} rejected: {why}")
-            continue
-        if isinstance(out, Request):
-            if request is None or out.kind == "stop":
-                request = out
-            run.mon.resolve(action.id, "applied", f"{out.kind} at the step boundary")
-        else:
-            changed = _diff(run.controls, out)
-            run.controls = out
-            run.mon.resolve(action.id, "applied", changed or "no change")
-        run.bar.message(f"action {action.kind} {action.params} applied ({action.source})")
-    return request
-
-
-def _rollback(run: _Run, request: Request) -> None:
-    """Restore the requested (or last healthy) checkpoint exactly: weights, optimiser,
-    torch RNG and the data/lr position; the controls stay as remediation set them, and the
-    step counter keeps going forward. Verified by the held-out accuracy of the restored
-    policy against the last evaluation at or before the checkpoint (both in the event)."""
-    ckpts = list_checkpoints(run.run_dir)
-    mon, step = run.mon, run.step
-    target = request.step if request.step is not None else mon.last_healthy_step(list(ckpts))
-    if target is None or target not in ckpts:
-        mon.event("rollback_failed", {"step": step, "wanted": target, "have": list(ckpts)})
-        run.bar.message(f"rollback: no healthy checkpoint (have {list(ckpts)}); continuing")
-        return
-    payload = load_checkpoint(ckpts[target])
-    run.policy.load_state_dict(payload["policy"])
-    torch.set_rng_state(payload["torch_rng"])
-    run.pos = int(payload.get("pos", target))
-    _set_lr(run, next_step=False)
-    run.engine.update_weights(run.policy.model)
-    before = [a for s, a in zip(run.eval_steps, run.evals, strict=True) if s <= target]
-    after = evaluate(
-        run.engine, run.policy.tokenizer, run.task, run.cfg.eval,
-        max_new_tokens=run.cfg.sampling.max_new_tokens,
-    )["eval/acc"]  # fmt: skip
-    mon.event("rollback", {"step": step, "to_step": target, "pos": run.pos,
-                           "eval_acc_after": after,
-                           "eval_acc_before": before[-1] if before else None})  # fmt: skip
-    run.bar.message(
-        f"rolled back to the checkpoint of step {target} (at step {step}); held-out accuracy "
-        f"{after:.3f}" + (f" (was {before[-1]:.3f} there)" if before else "")
+    healthy = mon.episode_start() is None
+    mon.event(
+        "checkpoint", {"step": run.step, "pos": run.pos, "path": str(path), "healthy": healthy}
     )
-
-
-def _diff(old: Controls, new: Controls) -> str:
-    """'field: old -> new' for every control an action changed (the audit detail)."""
-    before = {**dataclasses.asdict(old.loss), **dataclasses.asdict(old)}
-    after = {**dataclasses.asdict(new.loss), **dataclasses.asdict(new)}
-    before.pop("loss"), after.pop("loss")
-    return ", ".join(f"{k}: {before[k]} -> {after[k]}" for k in after if before[k] != after[k])

@@ -70,9 +70,14 @@ class TorchInferenceEngine:
         recording = routing.record(self.model) if self.num_moe_layers else nullcontext()
         with recording as rec:
             out = decode(
-                self.model, rows, params, eos_id=self.eos_id, pad_id=self.pad_id,
-                generator=gen, cache=self._new_cache(),
-            )  # fmt: skip
+                self.model,
+                rows,
+                params,
+                eos_id=self.eos_id,
+                pad_id=self.pad_id,
+                generator=gen,
+                cache=self._new_cache(),
+            )
         return self._rollout(rows, out, rec)
 
     def _new_cache(self):

@@ -1,0 +1,133 @@
+"""The step boundary of an RL run: scripted incidents, remediation actions, rollback.
+
+Between two steps the loop (trainer/run.py) applies the incidents due (trainer/
+incidents.py), then every pending remediation action (automatic or from the dashboard)
+through trainer/controls.py, each resolved applied or rejected with a reason, and
+carries out a rollback request: it restores a checkpoint exactly (weights, optimiser,
+torch RNG, data/lr position) and verifies it by the restored policy's held-out accuracy.
+A stop request is returned to the loop. It does not run steps or write checkpoints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from monitor.errors import UserError
+from trainer.checkpoints import list_checkpoints, load_checkpoint
+from trainer.controls import Controls, Rejected, Request, apply_action
+from trainer.evaluate import evaluate
+from trainer.incidents import SET_ROLLOUT_QUANT, Incident, apply_rollout_quant
+
+if TYPE_CHECKING:
+    from trainer.run import RunState
+
+
+def induce(run: RunState, incident: Incident) -> None:
+    """Apply one scripted incident, record it as an `incident` event (labelled induced)."""
+    if incident.kind == SET_ROLLOUT_QUANT:
+        apply_rollout_quant(run.engine, run.policy.model, incident.params["weight_quant"])
+    else:
+        try:
+            out = _apply(run, incident.kind, incident.params)
+        except Rejected as why:
+            raise UserError(f"{incident.describe()}: cannot be applied ({why})") from None
+        assert isinstance(out, Controls)  # rollback/stop are not incident kinds
+        run.controls = out
+        run.mon.update_controls(out.for_monitor(run.cfg.optim.lr, run.policy.is_moe))
+    run.mon.event(
+        "incident",
+        {
+            "kind": incident.kind,
+            "params": incident.params,
+            "note": incident.describe(),
+            "induced": True,
+        },
+    )
+    run.bar.message(incident.describe())
+
+
+def _apply(run: RunState, kind: str, params: dict[str, Any]) -> Controls | Request:
+    """An action on the run's controls (trainer/controls.py); raises Rejected."""
+    return apply_action(
+        run.controls,
+        kind,
+        params,
+        prompts_per_step=run.cfg.train.prompts_per_step,
+        moe=run.policy.is_moe,
+    )
+
+
+def apply_actions(run: RunState) -> Request | None:
+    """Apply every pending action in order; a stop or rollback request is returned to the
+    loop (a stop wins over a rollback). Each action is resolved applied or rejected."""
+    request: Request | None = None
+    for action in run.mon.pending_actions():
+        try:
+            out = _apply(run, action.kind, action.params)
+        except Rejected as why:
+            run.mon.resolve(action.id, "rejected", str(why))
+            run.bar.message(f"action {action.kind} rejected: {why}")
+            continue
+        if isinstance(out, Request):
+            if request is None or out.kind == "stop":
+                request = out
+            run.mon.resolve(action.id, "applied", f"{out.kind} at the step boundary")
+        else:
+            changed = _diff(run.controls, out)
+            run.controls = out
+            run.mon.resolve(action.id, "applied", changed or "no change")
+        run.bar.message(f"action {action.kind} {action.params} applied ({action.source})")
+    return request
+
+
+def rollback(run: RunState, request: Request) -> None:
+    """Restore the requested (or last healthy) checkpoint exactly: weights, optimiser,
+    torch RNG and the data/lr position; the controls stay as remediation set them, and the
+    step counter keeps going forward. Verified by the held-out accuracy of the restored
+    policy against the last evaluation at or before the checkpoint (both in the event)."""
+    ckpts = list_checkpoints(run.run_dir)
+    mon, step = run.mon, run.step
+    target = request.step if request.step is not None else mon.last_healthy_step(list(ckpts))
+    if target is None or target not in ckpts:
+        mon.event("rollback_failed", {"step": step, "wanted": target, "have": list(ckpts)})
+        run.bar.message(f"rollback: no healthy checkpoint (have {list(ckpts)}); continuing")
+        return
+    payload = load_checkpoint(ckpts[target])
+    run.policy.load_state_dict(payload["policy"])
+    torch.set_rng_state(payload["torch_rng"])
+    run.pos = int(payload.get("pos", target))
+    run.set_lr(next_step=False)
+    run.engine.update_weights(run.policy.model)
+    before = [a for s, a in zip(run.eval_steps, run.evals, strict=True) if s <= target]
+    after = evaluate(
+        run.engine,
+        run.policy.tokenizer,
+        run.task,
+        run.cfg.eval,
+        max_new_tokens=run.cfg.sampling.max_new_tokens,
+    )["eval/acc"]
+    mon.event(
+        "rollback",
+        {
+            "step": step,
+            "to_step": target,
+            "pos": run.pos,
+            "eval_acc_after": after,
+            "eval_acc_before": before[-1] if before else None,
+        },
+    )
+    run.bar.message(
+        f"rolled back to the checkpoint of step {target} (at step {step}); held-out accuracy "
+        f"{after:.3f}" + (f" (was {before[-1]:.3f} there)" if before else "")
+    )
+
+
+def _diff(old: Controls, new: Controls) -> str:
+    """'field: old -> new' for every control an action changed (the audit detail)."""
+    before = {**dataclasses.asdict(old.loss), **dataclasses.asdict(old)}
+    after = {**dataclasses.asdict(new.loss), **dataclasses.asdict(new)}
+    before.pop("loss"), after.pop("loss")
+    return ", ".join(f"{k}: {before[k]} -> {after[k]}" for k in after if before[k] != after[k])
