@@ -279,3 +279,15 @@ def test_dashboard_marks_watched_runs_with_their_source(tmp_path, monkeypatch):
     assert rows["watched"]["source"] == f"watch · jsonl · {log.resolve()}"
     assert rows["watched"]["last step"] == "4"
     assert rows["ours"]["source"] == "minirl"
+
+
+def test_watch_loads_no_torch(tmp_path):
+    log = tmp_path / "a.jsonl"
+    write_jsonl(log, range(3))
+    code = (
+        "import sys; from app.cli import main; "
+        f"assert main(['watch', {str(log)!r}, '--out', {str(tmp_path / 'run')!r}, '--once']) == 0; "
+        "assert 'torch' not in sys.modules, 'torch loaded'"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
