@@ -52,8 +52,10 @@ def tiny_config(tmp_path, coldstart_cache) -> Callable[..., Any]:
 
     def make(**sections: Any):
         data = _merge(TINY_RUN, sections)
-        data = _merge(data, {"run_dir": str(tmp_path / "run"),
-                             "cold_start": {"cache_dir": str(coldstart_cache)}})  # fmt: skip
+        data = _merge(
+            data,
+            {"run_dir": str(tmp_path / "run"), "cold_start": {"cache_dir": str(coldstart_cache)}},
+        )
         return config_from_dict(data)
 
     return make

@@ -14,11 +14,11 @@ from typing import Literal
 
 import pytest
 
-from monitor.errors import UserError
 from app import cli
+from monitor.errors import UserError
+from monitor.typed_config import config_hash, from_data, yaml_dump, yaml_load
 from trainer.config import RunConfig, TrainConfig, config_to_dict, dump_config, load_config
 from trainer.tasks import TaskConfig
-from monitor.typed_config import config_hash, from_data, yaml_dump, yaml_load
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -197,8 +197,11 @@ def test_config_hash_is_stable_and_sensitive():
     code = "from trainer.tasks import TaskConfig; from monitor.typed_config import config_hash;"
     out = subprocess.run(
         [sys.executable, "-c", code + "print(config_hash(TaskConfig()))"],
-        capture_output=True, text=True, cwd=ROOT, check=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+    )
     assert out.stdout.strip() == config_hash(TaskConfig())  # not salted per process
 
 
@@ -217,8 +220,10 @@ class _Root:
 
 
 def test_generic_machinery_on_other_types():
-    got = from_data(_Root, {"required": 1, "leaf": {"path": "a/b", "tags": {"x": 2},
-                                                     "items": [1, 2, 3], "mode": 2}})  # fmt: skip
+    got = from_data(
+        _Root,
+        {"required": 1, "leaf": {"path": "a/b", "tags": {"x": 2}, "items": [1, 2, 3], "mode": 2}},
+    )
     assert got == _Root(1, _Leaf(Path("a/b"), {"x": 2}, (1, 2, 3), 2))
     with pytest.raises(UserError, match="config key 'required' is required"):
         from_data(_Root, {})
@@ -249,8 +254,11 @@ def test_minirl_train_bad_yaml_exits_2(tmp_path):
     bad = _yaml(tmp_path, "train: {routing_replay: R9}\n")
     out = subprocess.run(
         [sys.executable, "-m", "app.cli", "train", str(bad)],
-        capture_output=True, text=True, cwd=ROOT, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert out.returncode == 2, out.stderr
     assert "train.routing_replay" in out.stderr and "R9" in out.stderr
     assert "Traceback" not in out.stderr

@@ -54,10 +54,14 @@ def writer(run_dir: Path, stop: threading.Event, period_s: float = 0.3) -> None:
         while not stop.is_set():
             mon.log(
                 step,
-                {"reward/mean": 0.3 + 0.001 * step, "mismatch/kl_k1": 1e-3,
-                 "policy/entropy": 1.0, "optim/grad_norm": 1.0},
+                {
+                    "reward/mean": 0.3 + 0.001 * step,
+                    "mismatch/kl_k1": 1e-3,
+                    "policy/entropy": 1.0,
+                    "optim/grad_norm": 1.0,
+                },
                 {"log_rho": rng.normal(0, 0.1, 64)},
-            )  # fmt: skip
+            )
             step += 1
             stop.wait(period_s)
 
@@ -74,8 +78,14 @@ def test_live_page_updates_in_a_real_browser_without_reload(tmp_path: Path):
     thread = threading.Thread(target=writer, args=(runs / "live-run", stop), daemon=True)
     thread.start()
     port = free_port()
-    proc = start_dashboard(runs, "127.0.0.1", port, token="tok-in-env-only", refresh_s=1.0,
-                           log_file=tmp_path / "server.log")  # fmt: skip
+    proc = start_dashboard(
+        runs,
+        "127.0.0.1",
+        port,
+        token="tok-in-env-only",
+        refresh_s=1.0,
+        log_file=tmp_path / "server.log",
+    )
     try:
         url = dashboard_url("127.0.0.1", port)
         wait_until_ready(url, proc, timeout_s=90)

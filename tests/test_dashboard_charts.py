@@ -120,10 +120,20 @@ def test_bucket_columns_sum_max_mean_against_loops():
 
 def alert(step, cleared=None, severity="warning", factor="train_inference", aid=1):
     return Alert(
-        detector="level", severity=severity, metric="mismatch/kl_k1", value=0.04,
-        baseline=0.001, window=50, factor=factor, message="KL up", remedy="turn on TIS",
-        id=aid, step=step, time=0.0, cleared_step=cleared,
-    )  # fmt: skip
+        detector="level",
+        severity=severity,
+        metric="mismatch/kl_k1",
+        value=0.04,
+        baseline=0.001,
+        window=50,
+        factor=factor,
+        message="KL up",
+        remedy="turn on TIS",
+        id=aid,
+        step=step,
+        time=0.0,
+        cleared_step=cleared,
+    )
 
 
 def test_breakdown_spans_merge_overlaps_and_keep_the_worst_severity():
@@ -150,13 +160,16 @@ def test_limit_spans_merges_the_closest_first():
     assert len(spans) == 5
     limited = limit_spans(spans, 3)
     assert limited == [  # gaps 2 and 9 closed first; 16 and 68 kept
-        Span(0, 14, "warning", ("x",)), Span(30, 32, "warning", ("x",)),
+        Span(0, 14, "warning", ("x",)),
+        Span(30, 32, "warning", ("x",)),
         Span(100, 101, "warning", ("x",)),
-    ]  # fmt: skip
+    ]
     assert limit_spans(spans, 10) == spans
     # evenly spaced alerts: exactly max_spans spans, not one span over the whole run
-    even = [Span(s, s + 20, "critical" if s == 500 else "warning", ("x",))
-            for s in range(0, 10_000, 500)]  # fmt: skip
+    even = [
+        Span(s, s + 20, "critical" if s == 500 else "warning", ("x",))
+        for s in range(0, 10_000, 500)
+    ]
     limited = limit_spans(even, 5)
     assert len(limited) == 5 and limited[0].start == 0 and limited[-1].end == 9520
     assert sum(sp.end - sp.start for sp in limited) < 10_000
@@ -175,8 +188,9 @@ def test_marks_and_health():
     ]
     marks = action_marks(acts, last_step=9)
     assert [(m.step, m.level, m.label) for m in marks] == [
-        (9, "pending", "set_is_correction"), (8, "applied", "rollback"),
-    ]  # fmt: skip
+        (9, "pending", "set_is_correction"),
+        (8, "applied", "rollback"),
+    ]
     assert health([]) == "healthy"
     assert health([alert(1, severity="info")]) == "healthy"
     assert health([alert(1), alert(2, severity="critical")]) == "critical"
@@ -262,8 +276,12 @@ def test_write_permission_rules():
 
 
 def test_settings_from_env():
-    env = {"MINIRL_RUNS_DIR": "/r", "MINIRL_DASHBOARD_HOST": "127.0.0.1",
-           "MINIRL_DASHBOARD_TOKEN": "", "MINIRL_DASHBOARD_REFRESH_S": "0.1"}  # fmt: skip
+    env = {
+        "MINIRL_RUNS_DIR": "/r",
+        "MINIRL_DASHBOARD_HOST": "127.0.0.1",
+        "MINIRL_DASHBOARD_TOKEN": "",
+        "MINIRL_DASHBOARD_REFRESH_S": "0.1",
+    }
     s = settings_from_env(env)
     assert (str(s.runs_dir), s.host, s.token, s.refresh_s) == ("/r", "127.0.0.1", None, 0.5)
     s = settings_from_env({})

@@ -22,8 +22,10 @@ from monitor.errors import UserError
 def cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "app.cli", "dashboard", *args],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_defaults_are_loopback_headless_and_without_telemetry():

@@ -52,8 +52,9 @@ def test_sampling_is_seeded_and_follows_the_model(policy):
     assert a == generate(model, [prompt], n=8, max_new_tokens=6, seed=1, **kw)
     assert a != generate(model, [prompt], n=8, max_new_tokens=6, seed=2, **kw)
     # first tokens of 4000 samples at temperature 2 against softmax(logits / 2)
-    first = generate(model, [prompt], n=4000, max_new_tokens=1, seed=0, temperature=2.0,
-                     batch_size=4000, **kw)  # fmt: skip
+    first = generate(
+        model, [prompt], n=4000, max_new_tokens=1, seed=0, temperature=2.0, batch_size=4000, **kw
+    )
     with torch.no_grad():
         probs = torch.softmax(model(input_ids=torch.tensor([prompt])).logits[0, -1] / 2.0, -1)
     counts = torch.bincount(torch.tensor([r[0] for r in first]), minlength=probs.numel())

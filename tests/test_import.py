@@ -80,11 +80,18 @@ def test_peer_names_map_onto_ours_and_unknown_names_stay():
 def test_jsonl_wandb_history_with_trl_names(tmp_path, cli, imp):
     log = tmp_path / "history.jsonl"
     rows = [
-        {"_step": s, "_runtime": 3.5 * s, "train/entropy": 1.0 - 0.01 * s,
-         "train/sampling/importance_sampling_ratio/mean": 0.99, "train/reward": 0.1 * s,
-         "train/epoch": 0.01 * s, "custom/thing": s, "text": "ignored"}
+        {
+            "_step": s,
+            "_runtime": 3.5 * s,
+            "train/entropy": 1.0 - 0.01 * s,
+            "train/sampling/importance_sampling_ratio/mean": 0.99,
+            "train/reward": 0.1 * s,
+            "train/epoch": 0.01 * s,
+            "custom/thing": s,
+            "text": "ignored",
+        }
         for s in range(30)
-    ]  # fmt: skip
+    ]
     log.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out, run = imp(log)
     assert out.returncode == 0, out.stderr
@@ -114,9 +121,10 @@ def test_jsonl_verl_file_logger_long_format_and_trainer_state(tmp_path, cli, imp
 
     long = tmp_path / "export.jsonl"  # what `minirl export --format jsonl` writes
     long.write_text(
-        "".join(json.dumps({"step": s, "name": "reward/mean", "value": s / 10}) + "\n"
-                for s in range(4))
-    )  # fmt: skip
+        "".join(
+            json.dumps({"step": s, "name": "reward/mean", "value": s / 10}) + "\n" for s in range(4)
+        )
+    )
     out, run = imp(long)
     assert out.returncode == 0, out.stderr
     assert _series(run) == {"reward/mean": {0: 0.0, 1: 0.1, 2: 0.2, 3: 0.3}}
@@ -310,8 +318,12 @@ def test_an_imported_collapse_is_analysed(tmp_path, cli, imp):
     for s in range(120):
         score = 0.6 if s < 80 else 0.05
         kl = 1e-3 * (1.0 if s < 60 else 30.0) * float(np.exp(rng.normal(0, 0.05)))
-        rows.append({"step": s, "data": {"critic/score/mean": score + rng.normal(0, 0.01),
-                                         "rollout_corr/kl": kl}})  # fmt: skip
+        rows.append(
+            {
+                "step": s,
+                "data": {"critic/score/mean": score + rng.normal(0, 0.01), "rollout_corr/kl": kl},
+            }
+        )
     log.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out, run = imp(log)
     assert out.returncode == 0, out.stderr

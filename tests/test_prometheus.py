@@ -40,9 +40,18 @@ needs_promtool = pytest.mark.skipif(
 
 def _alert(detector="train_inference_kl", metric="mismatch/kl_k1", severity="warning", **kw):
     fields = dict(
-        detector=detector, severity=severity, metric=metric, value=0.05, baseline=1e-3,
-        window=50, factor="train_inference", message="m", remedy="r", id=1, step=3,
-    )  # fmt: skip
+        detector=detector,
+        severity=severity,
+        metric=metric,
+        value=0.05,
+        baseline=1e-3,
+        window=50,
+        factor="train_inference",
+        message="m",
+        remedy="r",
+        id=1,
+        step=3,
+    )
     fields.update(kw)
     return Alert(**fields)
 
@@ -72,9 +81,14 @@ def test_exporter_serves_scalars_and_alert_state_over_http():
         assert got[("minirl_step", (("run", "run-a"),))] == 2
         open_key = (
             "minirl_alert_open",
-            (("detector", "train_inference_kl"), ("factor", "train_inference"),
-             ("metric", "mismatch/kl_k1"), ("run", "run-a"), ("severity", "warning")),
-        )  # fmt: skip
+            (
+                ("detector", "train_inference_kl"),
+                ("factor", "train_inference"),
+                ("metric", "mismatch/kl_k1"),
+                ("run", "run-a"),
+                ("severity", "warning"),
+            ),
+        )
         assert got[open_key] == 1
         # escalation keeps one open series per (detector, metric)
         exporter.observe(3, {"mismatch/kl_k1": 0.2}, [_alert(severity="critical", step=3)])
@@ -89,9 +103,13 @@ def test_exporter_serves_scalars_and_alert_state_over_http():
         assert _scrape(exporter.port)[crit_key] == 0
         total_key = (
             "minirl_alerts_total",
-            (("detector", "train_inference_kl"), ("factor", "train_inference"),
-             ("run", "run-a"), ("severity", "critical")),
-        )  # fmt: skip
+            (
+                ("detector", "train_inference_kl"),
+                ("factor", "train_inference"),
+                ("run", "run-a"),
+                ("severity", "critical"),
+            ),
+        )
         assert _scrape(exporter.port)[total_key] == 1
     finally:
         exporter.close()
@@ -144,15 +162,19 @@ def _exp(alertname, severity, detector, rule, run, value, level):
     word = "above" if rule.direction == "high" else "below"
     return {
         "exp_labels": {
-            "severity": severity, "detector": detector, "factor": rule.factor,
-            "metric": rule.metric, "run": run, "name": rule.metric,
+            "severity": severity,
+            "detector": detector,
+            "factor": rule.factor,
+            "metric": rule.metric,
+            "run": run,
+            "name": rule.metric,
         },
         "exp_annotations": {
             "summary": f"{rule.metric} = {_fmt(value)} on run {run}, {word} the {severity} "
-                       f"level {level:g}",
+            f"level {level:g}",
             "remedy": rule.remedy,
         },
-    }  # fmt: skip
+    }
 
 
 def _rule_tests(config: MonitorConfig) -> dict:
@@ -161,8 +183,11 @@ def _rule_tests(config: MonitorConfig) -> dict:
     for detector, rule in _level_rules(config).items():
         high = rule.direction == "high"
         # a healthy value, the level exactly (≥ / ≤ must fire), then beyond it
-        values = [rule.level * (0.5 if high else 2.0), rule.level,
-                  rule.level * (2.0 if high else 0.5)]  # fmt: skip
+        values = [
+            rule.level * (0.5 if high else 2.0),
+            rule.level,
+            rule.level * (2.0 if high else 0.5),
+        ]
         series = f'minirl_metric{{run="r1", name="{rule.metric}"}}'
         name = f"Minirl{_camel(detector)}"
         checks = []
@@ -171,11 +196,13 @@ def _rule_tests(config: MonitorConfig) -> dict:
             checks.append(
                 {"eval_time": f"{minute}m", "alertname": name, "exp_alerts": exp if minute else []}
             )
-        tests.append({
-            "interval": "1m",
-            "input_series": [{"series": series, "values": " ".join(repr(v) for v in values)}],
-            "alert_rule_test": checks,
-        })  # fmt: skip
+        tests.append(
+            {
+                "interval": "1m",
+                "input_series": [{"series": series, "values": " ".join(repr(v) for v in values)}],
+                "alert_rule_test": checks,
+            }
+        )
     # non-finite: a critical-prefix metric and another one
     nonfinite = []
     for minute, (alertname, name, value, severity) in enumerate(
@@ -187,46 +214,76 @@ def _rule_tests(config: MonitorConfig) -> dict:
         ],
         start=1,
     ):
-        nonfinite.append({
-            "eval_time": f"{minute}m", "alertname": alertname,
-            "exp_alerts": [{
-                "exp_labels": {"severity": severity, "detector": "nonfinite",
-                               "factor": "optimisation", "run": "r1", "name": name},
-                "exp_annotations": {
-                    "summary": f"{name} is {value} on run r1",
-                    "remedy": R_NONFINITE,
-                },
-            }],
-        })  # fmt: skip
+        nonfinite.append(
+            {
+                "eval_time": f"{minute}m",
+                "alertname": alertname,
+                "exp_alerts": [
+                    {
+                        "exp_labels": {
+                            "severity": severity,
+                            "detector": "nonfinite",
+                            "factor": "optimisation",
+                            "run": "r1",
+                            "name": name,
+                        },
+                        "exp_annotations": {
+                            "summary": f"{name} is {value} on run r1",
+                            "remedy": R_NONFINITE,
+                        },
+                    }
+                ],
+            }
+        )
     nonfinite.append(
         {"eval_time": "0m", "alertname": "MinirlNonFiniteMetricCritical", "exp_alerts": []}
     )
     nonfinite.append({"eval_time": "0m", "alertname": "MinirlNonFiniteMetric", "exp_alerts": []})
-    tests.append({
-        "interval": "1m",
-        "input_series": [
-            {"series": 'minirl_metric{run="r1", name="optim/loss"}', "values": "1 NaN +Inf -Inf 1"},
-            {"series": 'minirl_metric{run="r1", name="perf/step_s"}', "values": "1 1 1 1 NaN"},
-        ],
-        "alert_rule_test": nonfinite,
-    })  # fmt: skip
+    tests.append(
+        {
+            "interval": "1m",
+            "input_series": [
+                {
+                    "series": 'minirl_metric{run="r1", name="optim/loss"}',
+                    "values": "1 NaN +Inf -Inf 1",
+                },
+                {"series": 'minirl_metric{run="r1", name="perf/step_s"}', "values": "1 1 1 1 NaN"},
+            ],
+            "alert_rule_test": nonfinite,
+        }
+    )
     # the monitor's own alerts are forwarded while open, with their labels
-    labels = {"detector": "entropy_collapse", "metric": "policy/entropy", "severity": "critical",
-              "factor": "optimisation", "run": "r1"}  # fmt: skip
+    labels = {
+        "detector": "entropy_collapse",
+        "metric": "policy/entropy",
+        "severity": "critical",
+        "factor": "optimisation",
+        "run": "r1",
+    }
     selector = ", ".join(f'{k}="{v}"' for k, v in labels.items())
-    tests.append({
-        "interval": "1m",
-        "input_series": [{"series": f"minirl_alert_open{{{selector}}}", "values": "0 1 1 0"}],
-        "alert_rule_test": [
-            {"eval_time": "0m", "alertname": "MinirlMonitorAlert", "exp_alerts": []},
-            {"eval_time": "2m", "alertname": "MinirlMonitorAlert", "exp_alerts": [{
-                "exp_labels": labels,
-                "exp_annotations": {"summary": "monitor alert entropy_collapse (critical) on "
-                                    "policy/entropy, run r1; factor optimisation"},
-            }]},
-            {"eval_time": "3m", "alertname": "MinirlMonitorAlert", "exp_alerts": []},
-        ],
-    })  # fmt: skip
+    tests.append(
+        {
+            "interval": "1m",
+            "input_series": [{"series": f"minirl_alert_open{{{selector}}}", "values": "0 1 1 0"}],
+            "alert_rule_test": [
+                {"eval_time": "0m", "alertname": "MinirlMonitorAlert", "exp_alerts": []},
+                {
+                    "eval_time": "2m",
+                    "alertname": "MinirlMonitorAlert",
+                    "exp_alerts": [
+                        {
+                            "exp_labels": labels,
+                            "exp_annotations": {
+                                "summary": "monitor alert entropy_collapse (critical) on "
+                                "policy/entropy, run r1; factor optimisation"
+                            },
+                        }
+                    ],
+                },
+                {"eval_time": "3m", "alertname": "MinirlMonitorAlert", "exp_alerts": []},
+            ],
+        }
+    )
     return {"rule_files": ["rules.yml"], "evaluation_interval": "1m", "tests": tests}
 
 
@@ -315,10 +372,15 @@ def test_real_prometheus_scrapes_the_exporter_and_fires_an_alert(tmp_path):
     port = _free_port()
     log = (tmp_path / "prometheus.log").open("w")
     server = subprocess.Popen(
-        [PROMETHEUS, f"--config.file={tmp_path / 'prometheus.yml'}",
-         f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        [
+            PROMETHEUS,
+            f"--config.file={tmp_path / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     level = MonitorConfig().detectors.is_truncation
     mon = Monitor(tmp_path / "run", exporter=exporter)
     try:

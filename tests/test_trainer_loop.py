@@ -105,8 +105,13 @@ class _Spy:
 
         def wrapped(engine, input_ids, attention_mask, response_mask, replay=None, **kw):
             out = original(engine, input_ids, attention_mask, response_mask, replay=replay, **kw)
-            spy.calls.append({"replay": None if replay is None else replay.clone(),
-                              "logp": out[0].detach().clone(), "routing": out[2]})  # fmt: skip
+            spy.calls.append(
+                {
+                    "replay": None if replay is None else replay.clone(),
+                    "logp": out[0].detach().clone(),
+                    "routing": out[2],
+                }
+            )
             return out
 
         monkeypatch.setattr(TorchTrainingEngine, "forward_logprobs", wrapped)
@@ -249,7 +254,9 @@ def test_stop_and_rollback_actions(tiny_config, monkeypatch):
     reader = RunReader(cfg.resolved_run_dir)
     (rollback,) = reader.events(kind="rollback")
     assert {k: rollback.detail[k] for k in ("step", "to_step", "pos")} == {
-        "step": 3, "to_step": 1, "pos": 1
+        "step": 3,
+        "to_step": 1,
+        "pos": 1,
     }
     # verified: the restored policy's held-out accuracy beside the one evaluated there
     assert 0.0 <= rollback.detail["eval_acc_after"] <= 1.0
@@ -279,8 +286,15 @@ def test_rollback_restores_weights_optimizer_rng_and_data_position_exactly(
     )
     _with_requests(monkeypatch, b, 3, [("rollback", {"step": 1})])
     train(b, progress=False)
-    for name in ("reward/mean", "optim/loss", "optim/grad_norm", "optim/lr", "mismatch/kl_k3",
-                 "policy/entropy", "response/len_mean"):  # fmt: skip
+    for name in (
+        "reward/mean",
+        "optim/loss",
+        "optim/grad_norm",
+        "optim/lr",
+        "mismatch/kl_k3",
+        "policy/entropy",
+        "response/len_mean",
+    ):
         _, va = _series(a.resolved_run_dir, name)
         steps, vb = _series(b.resolved_run_dir, name)
         assert steps == [1, 2, 3, 4, 5, 6]
@@ -292,8 +306,10 @@ def test_rollback_restores_weights_optimizer_rng_and_data_position_exactly(
         assert torch.equal(tensor, cb["policy"]["model"][key]), key
     for slot, state in ca["policy"]["optimizer"]["state"].items():
         for key, value in state.items():
-            assert torch.equal(torch.as_tensor(value), torch.as_tensor(
-                cb["policy"]["optimizer"]["state"][slot][key])), (slot, key)  # fmt: skip
+            assert torch.equal(
+                torch.as_tensor(value),
+                torch.as_tensor(cb["policy"]["optimizer"]["state"][slot][key]),
+            ), (slot, key)
     assert torch.equal(ca["torch_rng"], cb["torch_rng"])
 
 

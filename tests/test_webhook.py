@@ -65,10 +65,19 @@ def receiver_factory():
 
 def _alert(**kw):
     fields = dict(
-        detector="entropy_collapse", severity="critical", metric="policy/entropy", value=0.02,
-        baseline=math.nan, window=50, factor="optimisation", message="entropy fell 20x",
-        remedy="roll back", id=7, step=120, time=1.5,
-    )  # fmt: skip
+        detector="entropy_collapse",
+        severity="critical",
+        metric="policy/entropy",
+        value=0.02,
+        baseline=math.nan,
+        window=50,
+        factor="optimisation",
+        message="entropy fell 20x",
+        remedy="roll back",
+        id=7,
+        step=120,
+        time=1.5,
+    )
     fields.update(kw)
     return Alert(**fields)
 
