@@ -40,8 +40,10 @@ from typing import Any
 import numpy as np
 
 from monitor.config import MonitorConfig
+from monitor.detectors import DetectorSet
 from monitor.detectors.config import ChangeRule, DropRule, LevelRule
 from monitor.reader import RunReader
+from monitor.records import AlertDraft
 
 OUTCOME_METRICS = ("reward/acc", "reward/mean", "eval/acc")
 MIN_POINTS = 20
@@ -108,6 +110,12 @@ class Analysis:
     actions: list[Any] = field(default_factory=list)
     events: list[Any] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    replayed: list[dict[str, Any]] = field(default_factory=list)
+    """The warning and critical alerts the detectors raise when the stored stream is
+    replayed through them (the same `DetectorSet` `Monitor.log` runs live)."""
+    replay_agrees: bool | None = None
+    """Whether the replay opens the same (step, detector) alerts as were stored live
+    (None: nothing was stored live, e.g. a run recorded without detectors)."""
     series: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
     """Every scalar of the run, for the report's charts."""
 
@@ -208,6 +216,33 @@ def factor_of(metric: str, config: MonitorConfig) -> str | None:
 # ------------------------------------------------------------------------ the run
 
 
+def _replay(result: Analysis, series: dict, live_config: Any) -> None:
+    """Replay the stored stream through the detectors the run was monitored with (its
+    stored `monitor` config, else the defaults) and compare with the alerts stored live."""
+    try:
+        config = MonitorConfig.from_dict(live_config if isinstance(live_config, dict) else None)
+    except Exception:  # a config of another version: replay with the defaults, say so
+        config = MonitorConfig()
+        result.notes.append("the run's monitor config could not be read: replayed with defaults")
+    stream: dict[int, dict[str, float]] = {}
+    for name, (s, v) in series.items():
+        for step, value in zip(s.tolist(), v.tolist(), strict=True):
+            stream.setdefault(step, {})[name] = value
+    detectors = DetectorSet(config.detectors)
+    for step in sorted(stream):
+        for change in detectors.update(step, stream[step]):
+            if isinstance(change, AlertDraft) and change.severity != "info":
+                result.replayed.append({"step": step, **dataclasses.asdict(change)})
+    live = {(a["step"], a["detector"]) for a in result.alerts if a["severity"] != "info"}
+    if result.alerts:
+        result.replay_agrees = live == {(a["step"], a["detector"]) for a in result.replayed}
+        if not result.replay_agrees:
+            result.notes.append(
+                "the detectors replayed on this run do not open the alerts stored live "
+                "(a run monitored with other thresholds, or with steps dropped by a resume)"
+            )
+
+
 def analyze_run(
     run: str, outcome: str | None = None, config: MonitorConfig | None = None
 ) -> Analysis:
@@ -230,6 +265,7 @@ def analyze_run(
             events=[dataclasses.asdict(e) for e in reader.events()],
             series=series,
         )
+    _replay(result, series, meta.config.get("monitor") if isinstance(meta.config, dict) else None)
     if outcome is not None and outcome not in series:
         from monitor.errors import UserError
 

@@ -145,6 +145,8 @@ def test_analyze_finds_the_onset_and_ranks_the_cause_first(collapsed_run):
     assert not {"optim/grad_norm", "staleness/kl_k3", "perf/step_s"} & set(names)
     assert a.first_factor == "train_inference"
     assert any(al["detector"] == "mismatch_kl_k1" for al in a.alerts)
+    # the same detectors replayed post hoc open exactly the alerts stored live
+    assert a.replay_agrees is True and a.replayed
     assert any(al["detector"] == "reward_collapse" for al in a.alerts)
     assert a.actions and all(ac["status"] == "pending" for ac in a.actions)
 
