@@ -81,16 +81,44 @@ def measure(kind: str, root: Path, args: argparse.Namespace) -> dict:
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     start = time.time() + 3.0  # the writer's first step: both processes are up by then
     watch = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "watch", str(source), "--format", kind,
-         "--out", str(run), "--poll", str(args.poll)],
-        stdout=subprocess.DEVNULL, env=env, cwd=REPO,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "app.cli",
+            "watch",
+            str(source),
+            "--format",
+            kind,
+            "--out",
+            str(run),
+            "--poll",
+            str(args.poll),
+        ],
+        stdout=subprocess.DEVNULL,
+        env=env,
+        cwd=REPO,
+    )
     writer = subprocess.Popen(
-        [sys.executable, "-m", "bench.watch_bench", "--write", kind, str(source), str(times),
-         "--rate", str(args.rate), "--seconds", str(args.seconds),
-         "--metrics", str(args.metrics), "--start", str(start)],
-        env=env, cwd=REPO,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "bench.watch_bench",
+            "--write",
+            kind,
+            str(source),
+            str(times),
+            "--rate",
+            str(args.rate),
+            "--seconds",
+            str(args.seconds),
+            "--metrics",
+            str(args.metrics),
+            "--start",
+            str(start),
+        ],
+        env=env,
+        cwd=REPO,
+    )
     time.sleep(max(0.0, start + 1.0 - time.time()))  # start-up and first steps excluded
     cpu0, wall0 = _cpu_s(watch.pid), time.monotonic()
     writer.wait()
@@ -164,16 +192,18 @@ def _markdown(rows: list[dict], args: argparse.Namespace, command: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.watch_bench",
-                                     description=__doc__.split("\n")[0])  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.watch_bench", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--rate", type=float, default=10.0, help="steps per second")
     parser.add_argument("--metrics", type=int, default=100, help="scalars per step")
     parser.add_argument("--poll", type=float, default=0.25, help="minirl watch --poll")
     parser.add_argument("--out", type=Path, default=RESULTS, help="results folder")
     parser.add_argument("--start", type=float, help=argparse.SUPPRESS)
-    parser.add_argument("--write", nargs=3, metavar=("KIND", "PATH", "TIMES"),
-                        help=argparse.SUPPRESS)  # fmt: skip
+    parser.add_argument(
+        "--write", nargs=3, metavar=("KIND", "PATH", "TIMES"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args(argv)
     if args.write:
         kind, path, times = args.write

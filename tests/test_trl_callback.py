@@ -44,15 +44,31 @@ def test_grpo_trainer_feeds_the_monitor(tmp_path, monkeypatch):
         return [sum(c.isdigit() for c in text) / max(len(text), 1) for text in completions]
 
     args = trl.GRPOConfig(
-        output_dir=str(tmp_path / "out"), report_to="none", save_strategy="no",
-        logging_steps=1, disable_tqdm=True, use_cpu=True, seed=0, max_steps=STEPS,
-        per_device_train_batch_size=4, num_generations=4, max_completion_length=6,
-        use_vllm=False, beta=0.0, learning_rate=1e-3, dataloader_num_workers=0,
-    )  # fmt: skip
+        output_dir=str(tmp_path / "out"),
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        disable_tqdm=True,
+        use_cpu=True,
+        seed=0,
+        max_steps=STEPS,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=6,
+        use_vllm=False,
+        beta=0.0,
+        learning_rate=1e-3,
+        dataloader_num_workers=0,
+    )
     callback = MinirlCallback(tmp_path / "run")
-    trainer = trl.GRPOTrainer(model=model, reward_funcs=[digits], args=args,
-                              train_dataset=data, processing_class=tokenizer,
-                              callbacks=[callback])  # fmt: skip
+    trainer = trl.GRPOTrainer(
+        model=model,
+        reward_funcs=[digits],
+        args=args,
+        train_dataset=data,
+        processing_class=tokenizer,
+        callbacks=[callback],
+    )
     trainer.train()
 
     with RunReader(tmp_path / "run") as reader:
@@ -63,8 +79,14 @@ def test_grpo_trainer_feeds_the_monitor(tmp_path, monkeypatch):
         status = reader.status()
     assert steps == list(range(1, STEPS + 1))
     # TRL's names mapped onto ours: reward, entropy, loss, grad norm, lengths, clip share
-    assert {"reward/mean", "policy/entropy", "optim/loss", "optim/grad_norm",
-            "response/len_mean", "staleness/mask_frac"} <= names  # fmt: skip
+    assert {
+        "reward/mean",
+        "policy/entropy",
+        "optim/loss",
+        "optim/grad_norm",
+        "response/len_mean",
+        "staleness/mask_frac",
+    } <= names
     assert "reward" not in names and "entropy" not in names
     assert len(reward[0]) == STEPS and all(0.0 <= v <= 1.0 for v in reward[1])
     assert meta.config["trainer"] == "GRPOConfig" and meta.config["max_steps"] == STEPS
@@ -104,8 +126,13 @@ def test_vllm_metrics_mapped_and_resume_from_checkpoint(tmp_path):
         names = set(reader.metric_names())
         steps = reader.steps().tolist()
         ratio_max = reader.scalars(["mismatch/ratio_max"])["mismatch/ratio_max"][1]
-    assert {"mismatch/ratio_max", "mismatch/ratio_mean", "mismatch/logprob_abs_diff",
-            "staleness/mask_frac", "kl"} <= names and "note" not in names  # fmt: skip
+    assert {
+        "mismatch/ratio_max",
+        "mismatch/ratio_mean",
+        "mismatch/logprob_abs_diff",
+        "staleness/mask_frac",
+        "kl",
+    } <= names and "note" not in names
     assert steps == [1, 2] and ratio_max.tolist() == [4.5, 4.5]
     with pytest.raises(Exception, match="already holds a run"):  # a new run, same dir
         MinirlCallback(tmp_path / "run").on_train_begin(args, TrainerState(), control)

@@ -43,9 +43,12 @@ WRITER = textwrap.dedent(
 @pytest.fixture(scope="module")
 def wandb_dir(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("wandb-offline")
-    done = subprocess.run([sys.executable, "-c", WRITER, str(root), str(STEPS), str(BIG_STEP)],
-                          capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", WRITER, str(root), str(STEPS), str(BIG_STEP)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     return root / "wandb"
 

@@ -42,8 +42,9 @@ WRITER = textwrap.dedent(
 def test_mlflow_store_followed_while_written(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}  # no network here
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, uri, str(STEPS)],
-                              stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, uri, str(STEPS)], stderr=subprocess.PIPE, text=True, env=env
+    )
     watcher = open_watch(uri, tmp_path / "run", run="r1")
     polls_with_data = 0
     try:
@@ -58,10 +59,16 @@ def test_mlflow_store_followed_while_written(tmp_path):
         writer.kill()
         watcher.mon.close()
     with RunReader(tmp_path / "run") as reader:
-        got = {n: dict(zip(s.tolist(), v.tolist(), strict=True))
-               for n, (s, v) in reader.scalars(reader.metric_names()).items()}  # fmt: skip
-        assert reader.meta().source == {"kind": "watch", "format": "mlflow", "path": uri,
-                                        "run": "r1"}  # fmt: skip
+        got = {
+            n: dict(zip(s.tolist(), v.tolist(), strict=True))
+            for n, (s, v) in reader.scalars(reader.metric_names()).items()
+        }
+        assert reader.meta().source == {
+            "kind": "watch",
+            "format": "mlflow",
+            "path": uri,
+            "run": "r1",
+        }
     assert got["optim/grad_norm"] == {s: 1.0 + s for s in range(STEPS)}  # not run "other"
     assert got["reward/mean"][30] == pytest.approx(0.3)
     assert math.isnan(got["policy/entropy"][5]) and got["policy/entropy"][6] == 0.5

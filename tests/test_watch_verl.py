@@ -61,17 +61,38 @@ def _last_step(run: Path) -> int | None:
 def test_verl_tracking_tensorboard_followed_by_watch(tmp_path):
     tb_dir, watched, direct = tmp_path / "tb", tmp_path / "runs" / "watched", tmp_path / "direct"
     tb_dir.mkdir()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TENSORBOARD_DIR": str(tb_dir),
-           "MINIRL_RUN_DIR": str(direct)}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "TENSORBOARD_DIR": str(tb_dir),
+        "MINIRL_RUN_DIR": str(direct),
+    }
     watch = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "watch", str(tb_dir), "--out", str(watched),
-         "--poll", "0.1"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "app.cli",
+            "watch",
+            str(tb_dir),
+            "--out",
+            str(watched),
+            "--poll",
+            "0.1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
     writer = subprocess.Popen(
         [sys.executable, "-c", WRITER, str(TRACKING), str(STEPS), str(RISE)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
     seen: set[int] = set()
     try:
         deadline = time.monotonic() + 90

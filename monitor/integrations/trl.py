@@ -73,8 +73,9 @@ def _callback_class() -> type:
                     f"{self.run_dir} already holds a run; give the callback a new run dir "
                     "(a run resumed from a checkpoint continues its own)"
                 )
-            self.mon = Monitor(self.run_dir, config=_args_config(args), resume=existing,
-                               **self.monitor_kw)  # fmt: skip
+            self.mon = Monitor(
+                self.run_dir, config=_args_config(args), resume=existing, **self.monitor_kw
+            )
             last = self.mon.last_step()
             if last is not None and last > self.step:
                 self.mon.truncate_after(self.step)
@@ -91,8 +92,13 @@ def _callback_class() -> type:
             step = max(self.step, int(state.global_step))
             try:
                 for alert in self.mon.log(step, row):
-                    log.warning("minirl step %d: %s %s: %s", alert.step, alert.severity,
-                                alert.detector, alert.message)  # fmt: skip
+                    log.warning(
+                        "minirl step %d: %s %s: %s",
+                        alert.step,
+                        alert.severity,
+                        alert.detector,
+                        alert.message,
+                    )
             except Exception as err:  # monitoring must not stop training
                 log.warning("minirl monitor could not log step %d: %r", step, err)
 

@@ -47,12 +47,14 @@ class MinirlLogger:
     ) -> None:
         from monitor.monitor import Monitor
 
-        run_dir = run_dir or os.environ.get(RUN_DIR_ENV) or Path("runs", project_name,
-                                                                 experiment_name)  # fmt: skip
+        run_dir = (
+            run_dir or os.environ.get(RUN_DIR_ENV) or Path("runs", project_name, experiment_name)
+        )
         existing = store_path(run_dir).is_file()
         meta = {"trainer": "verl", "project": project_name, "experiment": experiment_name}
-        self.mon = Monitor(run_dir, config={**meta, "verl": config or {}}, resume=existing,
-                           **monitor_kw)  # fmt: skip
+        self.mon = Monitor(
+            run_dir, config={**meta, "verl": config or {}}, resume=existing, **monitor_kw
+        )
         self.renamed: dict[str, str] = {}
         self._first = True
 
@@ -64,8 +66,13 @@ class MinirlLogger:
                 self.mon.truncate_after(step - 1)
             self._first = False
             for alert in self.mon.log(int(step), row):
-                log.warning("minirl step %d: %s %s: %s", alert.step, alert.severity,
-                            alert.detector, alert.message)  # fmt: skip
+                log.warning(
+                    "minirl step %d: %s %s: %s",
+                    alert.step,
+                    alert.severity,
+                    alert.detector,
+                    alert.message,
+                )
         except Exception as err:  # monitoring must not stop training
             log.warning("minirl monitor could not log step %s: %r", step, err)
 

@@ -53,8 +53,11 @@ def make_source(fmt: str, where: str, run: str | None, state: dict[str, Any] | N
         return MlflowSource(where, run, state)
     from monitor.watch import sources
 
-    cls = {"tensorboard": sources.TensorBoardSource, "jsonl": sources.JsonlSource,
-           "wandb": sources.WandbSource}[fmt]  # fmt: skip
+    cls = {
+        "tensorboard": sources.TensorBoardSource,
+        "jsonl": sources.JsonlSource,
+        "wandb": sources.WandbSource,
+    }[fmt]
     return cls(Path(where), state)
 
 
@@ -93,8 +96,10 @@ def _start_dashboard(runs_dir: Path, port: int) -> subprocess.Popen:
 
 
 def _print_alert(alert: Any) -> None:
-    print(f"step {alert.step}: {alert.severity} {alert.detector} on {alert.metric}: "
-          f"{alert.message}", flush=True)  # fmt: skip
+    print(
+        f"step {alert.step}: {alert.severity} {alert.detector} on {alert.metric}: {alert.message}",
+        flush=True,
+    )
 
 
 def open_watch(
@@ -141,8 +146,12 @@ def open_watch(
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="minirl watch", description=__doc__.split("\n")[0])
     parser.add_argument("source", help="TensorBoard dir, JSONL file, sqlite:///mlruns.db, W&B run")
-    parser.add_argument("--out", type=Path, required=True, help="run directory (resumed if it "
-                        "is a watch of the same SOURCE)")  # fmt: skip
+    parser.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        help="run directory (resumed if it is a watch of the same SOURCE)",
+    )
     parser.add_argument("--format", choices=FORMATS, help="default: from SOURCE")
     parser.add_argument("--poll", type=float, default=0.25, help="seconds between reads (0.25)")
     parser.add_argument("--run", help="MLflow: run id or name (default: the latest started)")
@@ -159,8 +168,15 @@ def main(argv: list[str]) -> int:
 
     notifier = _notifier(args.webhook, args.webhook_format, args.out.resolve().name)
     try:
-        watcher = open_watch(args.source, args.out, args.format, args.run, args.keep_names,
-                             prometheus_port=args.prometheus_port, notifier=notifier)  # fmt: skip
+        watcher = open_watch(
+            args.source,
+            args.out,
+            args.format,
+            args.run,
+            args.keep_names,
+            prometheus_port=args.prometheus_port,
+            notifier=notifier,
+        )
     except BaseException:
         if notifier is not None:
             notifier.close()
@@ -204,13 +220,18 @@ def _follow(watcher: Watcher, poll_s: float) -> None:
 
 def _summary(watcher: Watcher, out: Path) -> None:
     c = watcher.counts
-    print(f"minirl watch: stored {c.steps} steps, {c.values} values into {out}; "
-          f"{c.alerts} alert(s) raised", flush=True)  # fmt: skip
+    print(
+        f"minirl watch: stored {c.steps} steps, {c.values} values into {out}; "
+        f"{c.alerts} alert(s) raised",
+        flush=True,
+    )
     if c.renamed:
         pairs = ", ".join(f"{a} -> {b}" for a, b in sorted(c.renamed.items()))
         print(f"renamed {len(c.renamed)} metric(s) onto minirl's names: {pairs}")
     if c.late:
         print(f"note: {c.late} value(s) of steps already stored were skipped", file=sys.stderr)
     if c.garbage:
-        print(f"warning: {c.garbage} unreadable unit(s) skipped ({'; '.join(c.examples)})",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"warning: {c.garbage} unreadable unit(s) skipped ({'; '.join(c.examples)})",
+            file=sys.stderr,
+        )

@@ -47,8 +47,13 @@ class FileCursor:
             self.head_len, self.head = int(state.get("head_len", 0)), state.get("head", "")
 
     def state(self) -> dict[str, Any]:
-        return {"path": str(self.path), "offset": self.offset, "ino": self.ino,
-                "head_len": self.head_len, "head": self.head}  # fmt: skip
+        return {
+            "path": str(self.path),
+            "offset": self.offset,
+            "ino": self.ino,
+            "head_len": self.head_len,
+            "head": self.head,
+        }
 
     def read(self) -> bytes:
         """Bytes from the offset to the end (at most MAX_READ); b"" if nothing is new.

@@ -152,8 +152,11 @@ class TensorBoardSource:
         return parsed
 
     def state(self) -> dict[str, Any]:
-        return {"files": {name: c.state() for name, c in self.cursors.items()},
-                "dead": sorted(self.dead), "plugins": self.plugins}  # fmt: skip
+        return {
+            "files": {name: c.state() for name, c in self.cursors.items()},
+            "dead": sorted(self.dead),
+            "plugins": self.plugins,
+        }
 
     def close(self) -> None:
         for cursor in self.cursors.values():
