@@ -1,6 +1,6 @@
 """The minirl dashboard: a Streamlit app over a folder of runs (`minirl dashboard RUNS_DIR`).
 
-Four pages: Runs (every run, status, health), Live run (the panels of DESIGN.md,
+Four pages: Runs (every run, status, health), Live run (the metric panels of one run,
 refreshing itself), Alerts and actions (timeline, operator requests), Analysis (collapse
 onset and precursors, runs overlaid, log import). Reads and writes only through
 `monitor`; never imports torch or the trainer. Served by serve.py, which passes the

@@ -1,4 +1,4 @@
-"""The Live run page: DESIGN.md's panels for one run, refreshing itself while it is live.
+"""The Live run page: the metric panels of one run, refreshing itself while it is live.
 
 Sections: outcome, first-order approximation health (mismatch KL k1/k3, IS weight
 tails, `approx/seq_residual`), staleness, routing (train-inference and stale mismatch,

@@ -36,7 +36,7 @@ def mismatch_metrics(
     mask: torch.Tensor,  # [B, T] 1 on response tokens
     band: tuple[float, float] = (0.5, 2.0),
 ) -> dict[str, float]:
-    """The `mismatch/*` metrics of DESIGN.md, as python floats, computed in float64."""
+    """The `mismatch/*` metrics above, as python floats, computed in float64."""
     check_tokens(logp_old, "logp_old")
     check_tokens(logp_rollout, "logp_rollout")
     check_same_shape(logp_old, "logp_old", logp_rollout=logp_rollout)

@@ -13,7 +13,7 @@ indices known on both sides count. A call with `name=N` returns
                                       the expert load of experts_a, averaged over layers
 
 and, only when N == "mismatch_train_infer" (the headline pair e^π_old vs e^μ_old), the same
-three summaries under DESIGN.md's unsuffixed names `routing/overlap`,
+three summaries under the unsuffixed names `routing/overlap`,
 `routing/tokens_any_layer_diff`, `routing/load_cv`. So the trainer can call it for the
 train-infer pair and for the stale pair (N = "mismatch_stale") and merge both dicts without
 a collision. This module does not capture or replay routing; the engines do.

@@ -23,7 +23,7 @@ PERSIST consecutive points (a non-finite value counts as infinitely far). lead =
 moved; precursors are the metrics that moved at or before the onset, ranked by lead.
 
 Factor first broken. The factor of the IS decomposition (train_inference for ρ_t,
-staleness for r_t, routing inside either; DESIGN.md) of the earliest-moving precursor
+staleness for r_t, routing inside either; monitor/records.py) of the earliest-moving precursor
 among those factors' metrics; the factor of each metric comes from the detector rule
 watching it, else from its namespace.
 
@@ -54,7 +54,7 @@ MIN_BASELINE = 8
 IS_FACTORS = ("train_inference", "staleness", "routing")
 _PREFIX_FACTOR = {
     "mismatch/": "train_inference",
-    "is/": "train_inference",  # w = ρ·r; its cap applies to ρ by default (DESIGN.md)
+    "is/": "train_inference",  # w = ρ·r; its cap applies to ρ by default (loss.is_cap_target)
     "staleness/": "staleness",
     "routing/": "routing",
     "approx/": "approximation",

@@ -13,7 +13,7 @@ from typing import Any, Literal
 Severity = Literal["info", "warning", "critical"]
 SEVERITIES: tuple[Severity, ...] = ("info", "warning", "critical")  # ascending
 
-# The factor of the IS weight w_t = ρ_t · r_t an alert blames (DESIGN.md, "Detection"):
+# The factor of the IS weight w_t = ρ_t · r_t (MiniRL, arXiv 2512.01374 eq. 5) an alert blames:
 # ρ_t = π_old/μ_old (train_inference), r_t = π_θ/π_old (staleness), the expert routing
 # inside either (routing), the higher-order terms themselves (approximation), or, for
 # collapse precursors, the optimiser (optimisation) and the outcome (reward, lengths).

@@ -1,6 +1,6 @@
 """The run store's writer: one SQLite file per run (`<run_dir>/store.sqlite`).
 
-The hub of DESIGN.md: the trainer appends one transaction per step through `RunStore`
+The hub of a run: the trainer appends one transaction per step through `RunStore`
 (used by `Monitor`); the dashboard, `analyze` and `export` read through
 `reader.RunReader` while the run is live; the dashboard requests actions with
 `request_action` (here, because it writes). Schema and migrations: schema.py.

@@ -1,5 +1,5 @@
 """Diagnostics against independent numpy / pure-python / decimal implementations of the
-formulas in DESIGN.md, plus hypothesis properties that must hold for any input."""
+formulas in each module's docstring, plus hypothesis properties that must hold for any input."""
 
 from __future__ import annotations
 

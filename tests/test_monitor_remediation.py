@@ -1,4 +1,4 @@
-"""The remediation policy (DESIGN.md's table), its limits, its audit trail in the store,
+"""The remediation policy (monitor/remediation.py's table), its limits, its audit trail in the store,
 and the action kinds' validation (monitor/actions.py)."""
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from trainer import step as step_module
 from trainer.engines.training import TorchTrainingEngine
 from trainer.run import train
 
-# DESIGN.md's per-step metrics that apply to an MoE run with diagnostics on
+# the per-step metrics that apply to an MoE run with diagnostics on
 EVERY_STEP = {
     *(f"mismatch/{k}" for k in ("kl_k1", "kl_k2", "kl_k3", "ratio_mean", "ratio_min",
       "ratio_max", "ratio_p01", "ratio_p99", "frac_outside_band", "chi2_token", "chi2_seq",

@@ -73,8 +73,9 @@ class TrainConfig:
     """Every this many steps, probe approx/grad_cosine (token-surrogate vs sequence-level
     IS gradient on one batch: two extra backward passes); 0 disables it."""
     diagnostics: bool = True
-    """Compute the per-step diagnostics of DESIGN.md (mismatch, staleness, routing,
-    approx/seq_residual); off leaves only reward, loss and perf metrics."""
+    """Compute the per-step diagnostics (mismatch/*, staleness/*, routing/*,
+    approx/seq_residual and the per-token log-ratio distributions); off leaves only
+    reward, response, loss, entropy and perf metrics."""
     incidents: tuple[Incident, ...] = ()
     """Scripted incidents (lab, demo, tests): changes induced at a known step, recorded
     as `incident` events; see trainer/incidents.py. Empty for a normal run."""

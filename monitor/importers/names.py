@@ -1,4 +1,4 @@
-"""Peer trainers' metric names mapped onto ours (DESIGN.md, "one canonical name per metric").
+"""Peer trainers' metric names mapped onto ours: one canonical name per metric.
 
 A name is mapped only where the peer measures the same quantity as our canonical metric,
 or one close enough to sit on the same chart; where it differs (estimator, aggregation,

@@ -16,7 +16,7 @@ and layer in the layout the training engine replays (R3, MiniRL arXiv 2512.01374
 `update_weights` syncs the training model in place and verifies the sync on a probe
 batch (`vllm_weights.py`); a failed check raises `WeightSyncError`.
 
-Suited to a 2-core machine (ENGINES.md): in-process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`,
+Suited to a 2-core machine: in-process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`,
 executor "uni": start ≈ 3 s, no worker process), eager mode, a sized KV cache, prefix
 caching off (cached tokens would not be routed again, so not captured), no chunked
 prefill (it crashes seeded sampling on CPU). Importing and starting vLLM changes

@@ -1,7 +1,7 @@
 """Routed experts of vLLM's rollouts on CPU, captured at vLLM's own router capture point.
 
 vLLM's official `enable_return_routed_experts` needs Model Runner V2, which has no CPU
-backend (ENGINES.md). What works on CPU: every MoE layer's router (`MoERunner.router`,
+backend (vLLM 0.32). What works on CPU: every MoE layer's router (`MoERunner.router`,
 a `BaseRouter`) calls `capture_fn(topk_ids)` with the logical top-k ids [N, k] of the N
 tokens of one forward. One forward of the model runner processes the scheduled tokens of
 every running request laid end to end, in the order of `input_batch.req_ids`, each

@@ -1,7 +1,7 @@
 """`ModelConfig`: the shape of a tiny policy, and its mapping onto a transformers config.
 
-The sizes default to the tiny Qwen3-MoE of ENGINES.md (hidden 64, 2 layers, 8 experts,
-top-2) and are checked against the CPU-kernel rules of vLLM (head_dim >= 32, MoE hidden
+The sizes default to a tiny Qwen3-MoE (hidden 64, 2 layers, 8 experts, top-2: seconds
+per RL step on 2 CPU cores) and are checked against the CPU-kernel rules of vLLM (head_dim >= 32, MoE hidden
 and expert sizes multiples of 32), so that every engine can load the same checkpoint.
 This module builds no weights and touches no files; see `build.py`. Bad values raise
 ValueError naming the field (the config loader and `minirl build-model` turn it into a
@@ -17,7 +17,7 @@ Arch = Literal["qwen3_moe", "qwen3", "olmoe", "mixtral"]
 ARCHS: tuple[str, ...] = get_args(Arch)
 MOE_ARCHS = ("qwen3_moe", "olmoe", "mixtral")
 
-# vLLM's CPU attention kernels support these head sizes only (ENGINES.md).
+# vLLM's CPU attention kernels support these head sizes only (vLLM 0.32, CPU backend).
 CPU_HEAD_DIMS = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256)
 
 
