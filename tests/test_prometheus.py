@@ -19,6 +19,7 @@ import urllib.request
 
 import pytest
 import yaml
+from alert_factory import make_alert
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 from torchless_cli import run_cli
@@ -27,7 +28,6 @@ from monitor.config import MonitorConfig
 from monitor.detectors.config import LevelRule
 from monitor.monitor import Monitor
 from monitor.prometheus import PrometheusExporter
-from monitor.records import Alert
 from monitor.rules import build_rules, rules_yaml
 
 R_NONFINITE = "roll back to the last healthy checkpoint and lower the learning rate"
@@ -36,24 +36,6 @@ PROMETHEUS = shutil.which("prometheus")
 needs_promtool = pytest.mark.skipif(
     PROMTOOL is None, reason="promtool missing: apt-get install -y prometheus"
 )
-
-
-def _alert(detector="train_inference_kl", metric="mismatch/kl_k1", severity="warning", **kw):
-    fields = dict(
-        detector=detector,
-        severity=severity,
-        metric=metric,
-        value=0.05,
-        baseline=1e-3,
-        window=50,
-        factor="train_inference",
-        message="m",
-        remedy="r",
-        id=1,
-        step=3,
-    )
-    fields.update(kw)
-    return Alert(**fields)
 
 
 def _scrape(port: int) -> dict[tuple[str, tuple], float]:
@@ -73,7 +55,7 @@ def test_exporter_serves_scalars_and_alert_state_over_http():
     try:
         assert exporter._server.server_address[0] == "127.0.0.1"
         exporter.observe(1, {"mismatch/kl_k1": 1e-3, "optim/loss": 0.5})
-        exporter.observe(2, {"mismatch/kl_k1": 0.05, "optim/loss": math.nan}, [_alert(step=2)])
+        exporter.observe(2, {"mismatch/kl_k1": 0.05, "optim/loss": math.nan}, [make_alert(step=2)])
         got = _scrape(exporter.port)
         metric = lambda name: got[("minirl_metric", (("name", name), ("run", "run-a")))]  # noqa: E731
         assert metric("mismatch/kl_k1") == 0.05  # the latest value, not the first
@@ -91,7 +73,7 @@ def test_exporter_serves_scalars_and_alert_state_over_http():
         )
         assert got[open_key] == 1
         # escalation keeps one open series per (detector, metric)
-        exporter.observe(3, {"mismatch/kl_k1": 0.2}, [_alert(severity="critical", step=3)])
+        exporter.observe(3, {"mismatch/kl_k1": 0.2}, [make_alert(severity="critical", step=3)])
         got = _scrape(exporter.port)
         crit_key = (
             open_key[0],
@@ -99,7 +81,9 @@ def test_exporter_serves_scalars_and_alert_state_over_http():
         )
         assert got[open_key] == 0 and got[crit_key] == 1
         # clearing (an Alert with cleared_step, or clear()) zeroes it
-        exporter.observe(4, {"mismatch/kl_k1": 1e-3}, [_alert(severity="critical", cleared_step=4)])
+        exporter.observe(
+            4, {"mismatch/kl_k1": 1e-3}, [make_alert(severity="critical", cleared_step=4)]
+        )
         assert _scrape(exporter.port)[crit_key] == 0
         total_key = (
             "minirl_alerts_total",

@@ -10,8 +10,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from alert_factory import make_alert
 
-from monitor.records import Alert
 from monitor.webhook import WebhookNotifier, alert_payload
 
 
@@ -63,23 +63,24 @@ def receiver_factory():
         receiver.close()
 
 
+# the critical alert the payload tests read back, field by field
+ENTROPY_COLLAPSE = {
+    "detector": "entropy_collapse",
+    "severity": "critical",
+    "metric": "policy/entropy",
+    "value": 0.02,
+    "baseline": math.nan,
+    "factor": "optimisation",
+    "message": "entropy fell 20x",
+    "remedy": "roll back",
+    "id": 7,
+    "step": 120,
+    "time": 1.5,
+}
+
+
 def _alert(**kw):
-    fields = dict(
-        detector="entropy_collapse",
-        severity="critical",
-        metric="policy/entropy",
-        value=0.02,
-        baseline=math.nan,
-        window=50,
-        factor="optimisation",
-        message="entropy fell 20x",
-        remedy="roll back",
-        id=7,
-        step=120,
-        time=1.5,
-    )
-    fields.update(kw)
-    return Alert(**fields)
+    return make_alert(**{**ENTROPY_COLLAPSE, **kw})
 
 
 def _wait(predicate, timeout=10.0):
