@@ -393,9 +393,6 @@ def list_runs(runs_dir: str | os.PathLike[str], stale_after_s: float = 120.0) ->
             with RunReader(path) as reader:
                 out.append(reader.summary(stale_after_s))
         except UserError as err:
-            out.append(
-                RunSummary(
-                    str(path.parent), path.parent.name, None, None, None, None, error=str(err)
-                )
-            )
+            unread = (None, None, None, None)  # status, last step, created, last write
+            out.append(RunSummary(str(path.parent), path.parent.name, *unread, error=str(err)))
     return sorted(out, key=lambda s: s.created_at or 0.0, reverse=True)
