@@ -6,8 +6,8 @@ import json
 import pytest
 import torch
 
-from trainer.models import ModelConfig, build_tiny_checkpoint, load_policy
 from monitor.typed_config import parse_overrides
+from trainer.models import ModelConfig, build_tiny_checkpoint, load_policy
 from trainer.models.tokenizer import ALPHABET, SPECIALS
 
 TEXT = "12+34=46\nWhat is (7*8)-x? It's 56; ok!"

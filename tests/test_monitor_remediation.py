@@ -1,5 +1,5 @@
-"""The remediation policy (monitor/remediation.py's table), its limits, its audit trail in the store,
-and the action kinds' validation (monitor/actions.py)."""
+"""The remediation policy (the table in monitor/remediation.py), its limits, its audit
+trail in the store, and the action kinds' validation (monitor/actions.py)."""
 
 from __future__ import annotations
 

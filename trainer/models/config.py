@@ -1,8 +1,9 @@
 """`ModelConfig`: the shape of a tiny policy, and its mapping onto a transformers config.
 
 The sizes default to a tiny Qwen3-MoE (hidden 64, 2 layers, 8 experts, top-2: seconds
-per RL step on 2 CPU cores) and are checked against the CPU-kernel rules of vLLM (head_dim >= 32, MoE hidden
-and expert sizes multiples of 32), so that every engine can load the same checkpoint.
+per RL step on 2 CPU cores) and are checked against the CPU-kernel rules of vLLM
+(head_dim >= 32, MoE hidden and expert sizes multiples of 32), so that every engine can
+load the same checkpoint.
 This module builds no weights and touches no files; see `build.py`. Bad values raise
 ValueError naming the field (the config loader and `minirl build-model` turn it into a
 one-line UserError).
