@@ -1,5 +1,8 @@
 """A one-line terminal progress bar: step, reward, held-out accuracy, mismatch KL, ETA.
 
+The KL shown is k3 (`mismatch/kl_k3` = E[ρ − 1 − log ρ] ≥ 0): k1, the unbiased estimator,
+can be negative on one batch, which reads like a bug on a progress bar.
+
 Rewrites its line in place on a terminal and prints one line per update otherwise (logs
 stay readable). A disabled bar is a no-op object, not scattered `if`s.
 """
@@ -41,7 +44,7 @@ class Progress:
             f"step {step}/{self.last} [{'#' * filled}{'.' * (width - filled)}]",
             f"reward {scalars.get('reward/mean', float('nan')):.3f}",
             f"eval {self.eval_acc:.3f}" if self.eval_acc is not None else "eval -",
-            f"kl {scalars.get('mismatch/kl_k1', float('nan')):.1e}",
+            f"kl3 {scalars.get('mismatch/kl_k3', float('nan')):.1e}",
             f"{scalars.get('perf/step_s', float('nan')):.2f}s/step",
             f"ETA {_duration(eta)}",
         ]
