@@ -4,8 +4,10 @@ One precursor is a warning: a single signal moves in healthy runs too. A breakdo
 several signals moving at once, or a precursor followed by the outcome falling. This
 detector reads the other detectors' alert changes (not the raw stream), so it cannot
 disagree with them: it keeps the precursor alerts that are open, and when they add up it
-raises one critical alert naming the factor of the precursor that opened first — the
-factor the remediation policy fixes — with the numbers of each signal.
+raises one critical alert naming the factor to blame — the factor the remediation policy
+fixes — with the numbers of each signal: a setting that moved (a rising learning rate),
+else the factor of the IS weight (ρ, r, routing) that moved first, else the first-order
+residual, else the optimisation's symptoms (see `_tier`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,17 @@ class BreakdownDetector:
         self.open: dict[tuple[str, str], tuple[int, AlertDraft]] = {}
         """(detector, metric) -> (step opened, alert) of every open precursor."""
         self._gate = Gate()
+
+    def _tier(self, alert: AlertDraft) -> int:
+        """Which open precursor to blame: a setting that moved (the lr) before a factor of
+        the IS weight (ρ, r, routing), before the first-order residual (a function of the
+        whole weight w = ρ·r, so it cannot say which factor broke), before the
+        optimisation's symptoms (gradient norm, entropy, lengths); the earliest within."""
+        if alert.metric in self.rule.causes:
+            return 0
+        if alert.factor in _SPECIFIC:
+            return 1
+        return 2 if alert.factor == "approximation" else 3
 
     def update(
         self, step: int, changes: Sequence[AlertDraft | Cleared], outcome_drop: float
@@ -56,8 +69,8 @@ class BreakdownDetector:
         return []
 
     def _draft(self, recent: list[tuple[int, AlertDraft]], drop: float) -> AlertDraft:
-        causes = [(s, a) for s, a in recent if a.metric in self.rule.causes]
-        first_step, first = (causes or recent)[0]
+        first_step, first = min(recent, key=lambda pair: (self._tier(pair[1]), pair[0]))
+        causes = first.metric in self.rule.causes
         signals = "; ".join(
             f"{a.metric} {fmt(a.value)} vs baseline {fmt(a.baseline)} (step {s})" for s, a in recent
         )
@@ -79,6 +92,9 @@ class BreakdownDetector:
             ),
             remedy=R_COLLAPSE,
         )
+
+
+_SPECIFIC = ("train_inference", "staleness", "routing")
 
 
 def _quantity(metric: str) -> str:

@@ -87,8 +87,8 @@ class ChangeRule:
     values of the `window` logged points before the last `gap` ones, counting only
     points logged after `warmup` (the first steps of RL move a lot by design), whose own
     score was below `admit_z` (a rise building up below the threshold is not absorbed)
-    and that came while no alert of this rule was open. With at least `min_baseline` such points, the
-    recent level is the median of the last `recent` values, and its score is
+    and that came while no alert of this rule was open. With at least `min_baseline` such
+    points, the recent level is the median of the last `recent` values, and its score is
 
         z = sign · (recent − median) / max(1.4826·MAD, sigma_floor),
 
@@ -161,9 +161,10 @@ class BreakdownRule:
     and still open, there are at least `min_signals` distinct quantities (k1 and k3 of one
     KL count once), or at least one
     and the outcome (`outcome` metrics, smoothed as the drop rules do) has lost at least
-    `outcome_drop` of its gain. The alert blames the factor of the precursor that opened
-    first (or of an open precursor on a setting, see `causes`), with the numbers of each.
-    Clears when no precursor is open.
+    `outcome_drop` of its gain. The alert blames, with the numbers of each signal, an open
+    precursor on a setting (`causes`), else the factor of the IS weight (ρ, r, routing)
+    that moved first, else the residual, else the optimisation's symptoms. Clears when no
+    precursor is open.
     """
 
     causes: tuple[str, ...] = ("optim/lr",)
