@@ -7,11 +7,16 @@ str, Literal, Optional/unions, tuple, list, dict, nested dataclasses), rejects u
 keys, merges a partial mapping onto a section's default (so a rule whose default sets
 some fields keeps them), parses the `--set a.b=c` overrides of every command, and turns
 the `ValueError` of a dataclass's `__post_init__` into a `UserError` that names the key
-path. It knows nothing about which sections exist, holds no defaults (they live only in
-the dataclasses) and does no range checks of its own.
+path. It knows nothing about which sections exist and holds no defaults (they live only
+in the dataclasses).
 
-YAML is read with YAML 1.2 scalars: only true/false are booleans (`on`, `no` stay
-strings) and `3e-4` is a float, not the string PyYAML 1.1 would make of it.
+Numbers, for every section alike (a field's own limits are its `__post_init__`'s): a
+float is finite (NaN and ±inf are refused), an integer is at most 2^53 in magnitude
+(what a JSON reader keeps exactly), and a field whose default is a positive number (a size, count,
+rate, threshold or time) takes no negative value.
+
+YAML (monitor/safe_yaml.py) is read with YAML 1.2 scalars, safely and within bounds:
+deep nesting, huge integers and duplicate keys are refused with their line.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import dataclasses
 import difflib
 import hashlib
 import json
+import math
 import re
 import types
 import typing
@@ -29,7 +35,13 @@ from typing import Any, Literal, TypeVar, Union
 
 import yaml
 
-from monitor.errors import UserError, read_text
+from monitor.errors import UserError
+from monitor.safe_yaml import (  # noqa: F401 (read_yaml_mapping, yaml_dump: re-exported)
+    read_yaml_mapping,
+    yaml_dump,
+    yaml_load,
+    yaml_problem,
+)
 
 T = TypeVar("T")
 
@@ -51,71 +63,6 @@ def check(ok: bool, field: str, value: Any, allowed: str) -> None:
         raise ConfigValueError(field, value, allowed)
 
 
-# ---------------------------------------------------------------------------- YAML 1.2 scalars
-
-_BOOL_TAG, _FLOAT_TAG = "tag:yaml.org,2002:bool", "tag:yaml.org,2002:float"
-_BOOL_RE = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
-_FLOAT_RE = re.compile(
-    r"""^(?:[-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-    |[-+]?\.[0-9][0-9_]*(?:[eE][-+]?[0-9]+)?
-    |[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+
-    |[-+]?\.(?:inf|Inf|INF)
-    |\.(?:nan|NaN|NAN))$""",
-    re.X,
-)
-
-
-def _yaml12(cls: type) -> type:
-    """Swap PyYAML's 1.1 bool/float resolvers for YAML 1.2 ones (loader and dumper alike,
-    so that the dumper quotes exactly the strings the loader would misread)."""
-    cls.yaml_implicit_resolvers = {
-        ch: [(tag, rx) for tag, rx in rules if tag not in (_BOOL_TAG, _FLOAT_TAG)]
-        for ch, rules in yaml.SafeLoader.yaml_implicit_resolvers.items()
-    }
-    cls.add_implicit_resolver(_BOOL_TAG, _BOOL_RE, list("tTfF"))
-    cls.add_implicit_resolver(_FLOAT_TAG, _FLOAT_RE, list("-+0123456789."))
-    return cls
-
-
-@_yaml12
-class _Loader(yaml.SafeLoader):
-    pass
-
-
-@_yaml12
-class _Dumper(yaml.SafeDumper):
-    pass
-
-
-def yaml_load(text: str) -> Any:
-    """Parse YAML text with YAML 1.2 scalars (raises yaml.YAMLError)."""
-    return yaml.load(text, Loader=_Loader)  # a SafeLoader subclass: safe
-
-
-def yaml_dump(data: Any) -> str:
-    """Dump plain data as block YAML, keys in their given order, readable by yaml_load."""
-    return yaml.dump(
-        data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True
-    )
-
-
-def read_yaml_mapping(path: Path, what: str = "config") -> dict[str, Any]:
-    """The top-level mapping of a YAML file ({} when empty); a missing, unreadable or
-    unparsable file, or one that is not a mapping, is a UserError naming `what` and path."""
-    try:
-        data = yaml_load(read_text(path, what))
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise UserError(f"{what} {path}: not valid YAML{where}: {problem}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise UserError(f"{what} {path}: expected a mapping of sections, got {type(data).__name__}")
-    return data
-
-
 # ---------------------------------------------------------------------------- data -> dataclass
 
 _HINTS: dict[type, dict[str, Any]] = {}
@@ -128,7 +75,43 @@ def _hints(cls: type) -> dict[str, Any]:
 
 
 def _show(value: Any) -> str:
-    return f"{value!r} ({type(value).__name__})"
+    return f"{_short(value)} ({type(value).__name__})"
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    """repr of a value a user gave, cut to one short line (a config may hold anything)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**limit:
+        return f"an integer of {len(str(abs(value)))} digits"
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
+
+
+MAX_INT = 2**53
+"""Largest integer magnitude of a config: the store keeps configs as JSON, and a JSON
+reader (the browser, most languages) holds integers exactly only up to 2^53."""
+
+
+def _number(tp: type, value: Any, path: str) -> Any:
+    """An accepted int or float, checked against the number rules (module docstring)."""
+    if isinstance(value, int) and abs(value) > MAX_INT:
+        raise UserError(
+            f"{_where(path)}: {_short(value)} is out of range; allowed: an integer of at "
+            "most 2^53 in magnitude"
+        )
+    value = tp(value)
+    if tp is float and not math.isfinite(value):
+        raise UserError(f"{_where(path)}: {value!r} is invalid; allowed: a finite number")
+    return value
+
+
+def _sign_rule(f: dataclasses.Field, value: Any, path: str) -> None:
+    """A field whose default is a positive number takes no negative value."""
+    default = _default(f)
+    is_num = [isinstance(x, int | float) and not isinstance(x, bool) for x in (default, value)]
+    if all(is_num) and default > 0 and value < 0:
+        raise UserError(
+            f"{_where(path)}: {value!r} is invalid; allowed: a number >= 0 (default {default!r})"
+        )
 
 
 def _where(path: str) -> str:
@@ -173,6 +156,7 @@ def from_data(cls: type[T], data: Any, path: str = "", base: T | None = None) ->
             kwargs[key] = from_data(type(current), value, sub, base=current)
         else:
             kwargs[key] = convert(hints[key], value, sub)
+            _sign_rule(fields[key], kwargs[key], sub)
     if base is None:
         for name, f in fields.items():
             no_default = f.default is f.default_factory is dataclasses.MISSING
@@ -250,7 +234,9 @@ def convert(tp: Any, value: Any, path: str) -> Any:
         raise bad()
     if tp in _ACCEPTS:  # bool is an int to Python, never to a config
         if isinstance(value, _ACCEPTS[tp]) and (tp is bool or not isinstance(value, bool)):
-            return tp(value) if tp in (float, Path) else value
+            if tp in (int, float):
+                return _number(tp, value, path)
+            return tp(value) if tp is Path else value
         raise bad()
     if origin in (tuple, list):
         if not isinstance(value, list | tuple):
@@ -332,12 +318,12 @@ def apply_override(data: dict, override: str) -> None:
     key = key.strip()
     if not sep or not _KEY_RE.match(key):
         raise UserError(
-            f"override {override!r}: expected KEY=VALUE with a dotted key, e.g. train.lr=3e-4"
+            f"override {_short(override)}: expected KEY=VALUE with a dotted key, e.g. train.lr=3e-4"
         )
     try:
         value = yaml_load(raw) if raw.strip() else None
     except yaml.YAMLError as err:
-        raise UserError(f"override {override!r}: value is not valid YAML ({err.problem})") from None
+        raise UserError(f"override {_short(override)}: value is {yaml_problem(err)}") from None
     node = data
     parts = key.split(".")
     for i, part in enumerate(parts[:-1]):
@@ -346,6 +332,6 @@ def apply_override(data: dict, override: str) -> None:
             child = node[part] = {}
         if not isinstance(child, dict):
             prefix = ".".join(parts[: i + 1])
-            raise UserError(f"override {override!r}: '{prefix}' is a value, not a section")
+            raise UserError(f"override {_short(override)}: '{prefix}' is a value, not a section")
         node = child
     node[parts[-1]] = value
