@@ -47,6 +47,7 @@ class Fired:
     severity: str
     detector: str
     factor: str
+    metric: str = ""
 
 
 def ours(stream: Stream, config: DetectorsConfig | None = None) -> list[Fired]:
@@ -56,7 +57,9 @@ def ours(stream: Stream, config: DetectorsConfig | None = None) -> list[Fired]:
     for step, values in stream:
         for change in detectors.update(step, values):
             if isinstance(change, AlertDraft) and change.severity != "info":
-                out.append(Fired(step, change.severity, change.detector, change.factor))
+                out.append(
+                    Fired(step, change.severity, change.detector, change.factor, change.metric)
+                )
     return out
 
 

@@ -3,11 +3,13 @@
 On a collapsing run, with onset t₀ and the monitor's first warning or critical alert t₁:
 lead = t₀ − t₁; *caught* when lead ≥ LEAD_GOAL (10 steps: time to act), *late* when
 alerted with a smaller lead (or after the onset), *missed* when never alerted. The blamed
-factor is the factor of the first critical alert before the onset, else of the first
-warning; it is *correct* when it is the induced cause (lab incident runs). On a stable
-run: whether any critical alert fired (a false page), and how many warnings opened, per
-100 steps over all stable runs. Runs whose incident did not end in a collapse
-(`survived`) are counted apart: alerts there are neither hits nor false alarms.
+factor is the factor of the first critical alert before the onset, else of the warnings
+before it in the breakdown rule's order (`blame_rank`: a setting, an IS factor, the
+residual, the optimisation's symptoms); *correct* when it is the induced cause (lab
+incident runs). On a stable run: whether any critical alert fired (a false page), and how
+many warnings opened, per 100 steps over all stable runs. Runs whose incident did not end
+in a collapse (`survived`) are counted apart: alerts there are neither hits nor false
+alarms.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from dataclasses import asdict, dataclass, field
 
 from bench.detection.corpus import Run
 from bench.detection.monitors import Fired
+from monitor.detectors.breakdown import blame_rank
+from monitor.detectors.config import DetectorsConfig
 
 LEAD_GOAL = 10
 """Alerted at least this many steps before the onset counts as caught (issue 13)."""
@@ -43,7 +47,11 @@ def score_run(run: Run, fired: list[Fired]) -> RunScore:
     limit = run.onset if run.onset is not None else 10**9
     first = fired[0] if fired else None
     crit = next((f for f in fired if f.severity == "critical" and f.step <= limit), None)
-    blame_from = crit or next((f for f in fired if f.step <= limit), None)
+    before = [f for f in fired if f.step <= limit]
+    causes = DetectorsConfig().breakdown.causes
+    blame_from = crit or min(
+        before, key=lambda f: (blame_rank(f.metric, f.factor, causes), f.step), default=None
+    )
     return RunScore(
         run=run.name,
         split=run.split,

@@ -7,7 +7,7 @@ disagree with them: it keeps the precursor alerts that are open, and when they a
 raises one critical alert naming the factor to blame — the factor the remediation policy
 fixes — with the numbers of each signal: a setting that moved (a rising learning rate),
 else the factor of the IS weight (ρ, r, routing) that moved first, else the first-order
-residual, else the optimisation's symptoms (see `_tier`).
+residual, else the optimisation's symptoms (see `blame_rank`).
 """
 
 from __future__ import annotations
@@ -29,17 +29,6 @@ class BreakdownDetector:
         self.open: dict[tuple[str, str], tuple[int, AlertDraft]] = {}
         """(detector, metric) -> (step opened, alert) of every open precursor."""
         self._gate = Gate()
-
-    def _tier(self, alert: AlertDraft) -> int:
-        """Which open precursor to blame: a setting that moved (the lr) before a factor of
-        the IS weight (ρ, r, routing), before the first-order residual (a function of the
-        whole weight w = ρ·r, so it cannot say which factor broke), before the
-        optimisation's symptoms (gradient norm, entropy, lengths); the earliest within."""
-        if alert.metric in self.rule.causes:
-            return 0
-        if alert.factor in _SPECIFIC:
-            return 1
-        return 2 if alert.factor == "approximation" else 3
 
     def update(
         self, step: int, changes: Sequence[AlertDraft | Cleared], outcome_drop: float
@@ -69,12 +58,14 @@ class BreakdownDetector:
         return []
 
     def _draft(self, recent: list[tuple[int, AlertDraft]], drop: float) -> AlertDraft:
-        first_step, first = min(recent, key=lambda pair: (self._tier(pair[1]), pair[0]))
-        causes = first.metric in self.rule.causes
+        causes = self.rule.causes
+        first_step, first = min(
+            recent, key=lambda pair: (blame_rank(pair[1].metric, pair[1].factor, causes), pair[0])
+        )
         signals = "; ".join(
             f"{a.metric} {fmt(a.value)} vs baseline {fmt(a.baseline)} (step {s})" for s, a in recent
         )
-        blame = "is the cause" if causes else "moved first"
+        blame = "is the cause" if first.metric in causes else "moved first"
         why = f"{len(recent)} precursors open"
         if drop >= self.rule.outcome_drop:
             why += f" and the outcome has lost {drop:.0%} of its gain"
@@ -95,6 +86,18 @@ class BreakdownDetector:
 
 
 _SPECIFIC = ("train_inference", "staleness", "routing")
+
+
+def blame_rank(metric: str, factor: str, causes: Sequence[str]) -> int:
+    """Which open precursor to blame (lowest first): a setting that moved (the lr), then a
+    factor of the IS weight (ρ, r, routing), then the first-order residual (a function of
+    the whole weight w = ρ·r, so it cannot say which factor broke), then the
+    optimisation's symptoms (gradient norm, entropy, lengths); the earliest within."""
+    if metric in causes:
+        return 0
+    if factor in _SPECIFIC:
+        return 1
+    return 2 if factor == "approximation" else 3
 
 
 def _quantity(metric: str) -> str:
