@@ -1,10 +1,12 @@
 """Plotly figure builders: arrays and marks in, `go.Figure` out.
 
 Pure functions (no Streamlit, no store), so every chart is testable on its own. Each
-time-series figure shares one look: breakdown spans shaded behind the data (amber for
-warning, red for critical), alert markers along the top edge, actions and run events
-along the bottom edge, all on a hidden second y axis spanning [0, 1] so they sit at the
-edges whatever the data's scale. The data arrive already thinned for display
+time-series figure shares one look: episodes shaded behind the data (amber for warning,
+red once critical), one marker per episode start along the top edge labelled with the
+blamed factor, actions along the bottom edge on a thin line at the step boundary where
+they applied, rollbacks and induced incidents as labelled full-height lines; markers sit
+on a hidden second y axis spanning [0, 1] so they stay at the edges whatever the data's
+scale. The data arrive already thinned for display
 (downsample.py); these builders never thin or change values.
 
 Figures are written as plain Plotly dicts and wrapped once with `_validate=False`:
@@ -21,13 +23,9 @@ import numpy as np
 import plotly.graph_objects as go
 
 from dashboard.marks import Mark, Span
+from dashboard.overlays import ACTION_COLORS, ALERT_COLORS, Trace, mark_traces, overlays
 from monitor.records import FACTORS
 
-SPAN_COLORS = {"info": "#4a90e2", "warning": "#f5a623", "critical": "#d0021b"}
-ALERT_COLORS = SPAN_COLORS
-ACTION_COLORS = {"pending": "#7f7f7f", "applied": "#2ca02c", "rejected": "#d62728"}
-EVENT_COLOR = "#9467bd"
-SPAN_OPACITY = 0.18
 FACTOR_COLORS = {
     "train_inference": "#1f77b4",
     "staleness": "#ff7f0e",
@@ -37,7 +35,6 @@ FACTOR_COLORS = {
     "outcome": "#7f7f7f",
 }
 Series = Mapping[str, tuple[np.ndarray, np.ndarray]]
-Trace = dict[str, Any]
 
 
 def _layout(title: str, height: int, **extra: Any) -> dict[str, Any]:
@@ -54,68 +51,6 @@ def _layout(title: str, height: int, **extra: Any) -> dict[str, Any]:
 
 def _figure(data: list[Trace], layout: dict[str, Any]) -> go.Figure:
     return go.Figure({"data": data, "layout": layout}, _validate=False)
-
-
-def span_shapes(spans: Sequence[Span]) -> list[dict[str, Any]]:
-    """Shade each span [start − ½, end + ½] over the full height, behind the data."""
-    return [
-        {
-            "type": "rect",
-            "xref": "x",
-            "yref": "paper",
-            "x0": s.start - 0.5,
-            "x1": s.end + 0.5,
-            "y0": 0,
-            "y1": 1,
-            "fillcolor": SPAN_COLORS.get(s.severity),
-            "opacity": SPAN_OPACITY,
-            "line": {"width": 0},
-            "layer": "below",
-        }
-        for s in spans
-    ]
-
-
-MARKS_LEGEND = (
-    "shaded: steps with an open alert (amber warning, red critical) · ▼ alert · ◆ action "
-    "(green applied, grey pending, red rejected) · ■ run event (rollback, resume, ...)"
-)
-
-
-def mark_traces(marks: Sequence[Mark]) -> list[Trace]:
-    """Alerts as ▼ at the top edge; actions ◆ and events ■ at the bottom edge (explained
-    once per page by MARKS_LEGEND, not in every chart's legend)."""
-    groups: dict[tuple[str, str], list[Mark]] = {}
-    for m in marks:
-        groups.setdefault((m.kind, m.level), []).append(m)
-    traces = []
-    for (kind, level), ms in sorted(groups.items()):
-        if kind == "alert":
-            y, symbol, color = 0.97, "triangle-down", ALERT_COLORS.get(level, "#333")
-        elif kind == "action":
-            y, symbol, color = 0.04, "diamond", ACTION_COLORS.get(level, "#333")
-        else:
-            y, symbol, color = 0.04, "square", EVENT_COLOR
-        traces.append(
-            {
-                "type": "scatter",
-                "x": [m.step for m in ms],
-                "y": [y] * len(ms),
-                "yaxis": "y2",
-                "mode": "markers",
-                "name": f"{kind}: {level}",
-                "showlegend": False,
-                "marker": {
-                    "symbol": symbol,
-                    "size": 9,
-                    "color": color,
-                    "line": {"width": 1, "color": "white"},
-                },
-                "text": [m.text for m in ms],
-                "hovertemplate": "%{text}<extra></extra>",
-            }
-        )
-    return traces
 
 
 def line_traces(series: Series) -> list[Trace]:
@@ -144,7 +79,7 @@ def line_figure(
 ) -> go.Figure:
     """One line per series, sharing the step axis, with spans and marks."""
     yaxis = {"type": "log", "dtick": 1, "exponentformat": "power"} if log_y else {}
-    layout = _layout(title, height, shapes=span_shapes(spans), yaxis=yaxis)
+    layout = _layout(title, height, yaxis=yaxis, **overlays(spans, marks))
     return _figure([*line_traces(series), *mark_traces(marks)], layout)
 
 
@@ -180,7 +115,7 @@ def heatmap_figure(
         heat["zmin"] = zmin
     if zmax is not None:
         heat["zmax"] = zmax
-    layout = _layout(title, height, shapes=span_shapes(spans), yaxis=yaxis or {})
+    layout = _layout(title, height, yaxis=yaxis or {}, **overlays(spans, marks))
     return _figure([heat, *extra, *mark_traces(marks)], layout)
 
 

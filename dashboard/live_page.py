@@ -1,12 +1,15 @@
 """The Live run page: the metric panels of one run, refreshing itself while it is live.
 
 Sections: outcome, first-order approximation health (mismatch KL k1/k3, IS weight
-tails, `approx/seq_residual`), staleness, routing (train-inference and stale mismatch,
-per-layer heat maps from `routing/<pair>/layer<i>`), policy entropy, optimisation,
-speed, and the stored distributions (log ρ, log r, ...) as heat maps over steps. Every
-chart shades the steps where a detector flagged a breakdown and marks alerts, actions
-and run events. Two fragments refresh on their own clocks while the run is live: the
-status line (last step, headline numbers) every few seconds, the charts less often.
+tails, `approx/seq_residual`, χ² and ESS), staleness, routing (train-inference and stale
+mismatch, per-layer heat maps from `routing/<pair>/layer<i>`), policy entropy,
+optimisation, speed, and the stored distributions (log ρ, log r, ...) as heat maps over
+steps. Every chart shades the run's episodes (dashboard/marks.py: from the first warning
+to recovery, labelled with the blamed factor), and draws the actions, rollbacks and
+induced incidents where they happened; info levels are a note in the header, never
+shading. The header also tells the run's story (incidents, episodes, actions,
+rollbacks) in words. Two fragments refresh on their own clocks while the run is live: the
+status line (last step, headline numbers, story) every few seconds, the charts less often.
 Sections can be switched off. Panels whose metrics the run did not log are listed, not
 drawn (an imported log has few of ours). Long runs are thinned for display only.
 """
@@ -22,6 +25,7 @@ import streamlit as st
 
 from dashboard import charts
 from dashboard.data import (
+    Records,
     RunEntry,
     fingerprint,
     last_values,
@@ -38,10 +42,15 @@ from dashboard.marks import (
     breakdown_spans,
     event_marks,
     health,
+    incident_marks,
+    info_levels,
     limit_spans,
     merge_spans,
+    rollback_marks,
 )
+from dashboard.overlays import MARKS_LEGEND
 from dashboard.settings import MAX_COLS, MAX_POINTS
+from dashboard.story import story
 from dashboard.ui import (
     HEALTH_BADGE,
     STATUS_BADGE,
@@ -52,6 +61,7 @@ from dashboard.ui import (
 
 MAX_SPANS = 60
 MAX_MARKS = 400
+STORY_LINES = 12
 
 
 @dataclass(frozen=True)
@@ -60,6 +70,9 @@ class Panel:
     metrics: tuple[str, ...]
     log_y: bool = False
     """Log scale when every plotted value is positive (else linear: k1 can be < 0)."""
+    nonneg: bool = False
+    """The metrics are ≥ 0 by definition: log scale whenever some value is positive, exact
+    zeros left out of the line (a log axis cannot show them)."""
 
 
 SECTIONS: dict[str, tuple[Panel, ...]] = {
@@ -76,7 +89,9 @@ SECTIONS: dict[str, tuple[Panel, ...]] = {
                "mismatch/ratio_min", "is/weight_max"), log_y=True),
         Panel("Higher-order residual |Πw − (1 + Σ(w − 1))|", ("approx/seq_residual",), log_y=True),
         Panel("Share truncated / outside band", ("is/trunc_frac", "mismatch/frac_outside_band")),
-        Panel("Weights: χ² and ESS", ("mismatch/chi2_token", "mismatch/chi2_seq", "mismatch/ess")),
+        Panel("IS weights: χ² (token, sequence; log scale)",
+              ("mismatch/chi2_token", "mismatch/chi2_seq"), log_y=True, nonneg=True),
+        Panel("IS weights: normalised ESS (1 = every token counts)", ("mismatch/ess",)),
         Panel("Gradient cosine probe (token surrogate vs sequence IS)", ("approx/grad_cosine",)),
     ),
     "Staleness": (
@@ -130,7 +145,23 @@ def _all_positive(series: dict[str, tuple[np.ndarray, np.ndarray]]) -> bool:
 
 
 def _fmt(value: float) -> str:
-    return "–" if math.isnan(value) else f"{value:.4g}"
+    """Tile text: 4 significant digits, scientific notation outside [1e-3, 1e5) (a KL of
+    3.2e-04 must not read 0.000…; two digits, so that the tile does not cut it)."""
+    if math.isnan(value):
+        return "–"
+    if value != 0 and not 1e-3 <= abs(value) < 1e5:
+        return f"{value:.1e}"
+    return f"{value:.4g}"
+
+
+def _log_ready(panel: Panel, sub: dict[str, tuple[np.ndarray, np.ndarray]]) -> tuple[dict, bool]:
+    """The panel's series and whether to draw them on a log axis."""
+    if not panel.log_y:
+        return sub, False
+    if not panel.nonneg:
+        return sub, _all_positive(sub)
+    cleaned = {m: (x, np.where(y > 0, y, np.nan)) for m, (x, y) in sub.items()}
+    return cleaned, any(np.isfinite(y).any() for _, y in cleaned.values())
 
 
 def _header(run: RunEntry, last: dict[str, float], open_alerts: int, badge: str) -> None:
@@ -146,6 +177,18 @@ def _header(run: RunEntry, last: dict[str, float], open_alerts: int, badge: str)
     cols[-1].metric("pending actions", s.n_pending_actions)
 
 
+def _notes(rec: Records, last_step: int | None, evals: list[tuple[int, float]]) -> None:
+    """Info levels as one note (never shading) and the run's story so far in words."""
+    levels = info_levels(rec.alerts)
+    if levels:
+        st.caption("ⓘ levels (info: shown, never acted on): " + " · ".join(levels))
+    lines = story(rec.alerts, rec.actions, rec.events, last_step, evals)
+    if lines:
+        shown = lines[-STORY_LINES:]
+        more = f" (last {len(shown)} of {len(lines)})" if len(lines) > len(shown) else ""
+        st.markdown(f"**What happened**{more}\n\n" + "\n".join(f"- {t}" for t in shown))
+
+
 @guard
 def header_body(path: str, name: str) -> None:
     """Status, last step and headline numbers: a cheap fragment, refreshed most often."""
@@ -159,6 +202,11 @@ def header_body(path: str, name: str) -> None:
     open_alerts = [a for a in rec.alerts if a.cleared_step is None]
     badge = HEALTH_BADGE[health(open_alerts)]
     _header(run, last_values(path, HEADLINE, fp), len(open_alerts), badge)
+    evals = []
+    if "eval/acc" in rec.scalar_names:
+        steps, values = load_series(path, ("eval/acc",), MAX_POINTS, fp)["eval/acc"]
+        evals = [(int(x), float(v)) for x, v in zip(steps, values, strict=True) if v == v]
+    _notes(rec, run.summary.last_step, evals)
 
 
 @guard
@@ -173,15 +221,18 @@ def charts_body(
     fp = fingerprint(summary)
     rec = load_records(path, fp)
     last_step = summary.last_step
-    # spans closer than 0.2 % of the run look joined on a chart anyway; then at most MAX_SPANS
+    # episodes closer than 0.2 % of the run look joined on a chart anyway; then at most
+    # MAX_SPANS
     spans = merge_spans(breakdown_spans(rec.alerts, last_step), gap=max(1, last_step // 500))
     spans = limit_spans(spans, MAX_SPANS)
     marks = [
-        *alert_marks([a for a in rec.alerts if a.severity != "info"][-MAX_MARKS:]),
-        *action_marks(rec.actions, last_step),
+        *alert_marks(rec.alerts, last_step)[-MAX_MARKS:],
+        *action_marks(rec.actions, last_step)[-MAX_MARKS:],
+        *rollback_marks(rec.events),
+        *incident_marks(rec.events),
         *event_marks(rec.events),
     ]
-    st.caption(charts.MARKS_LEGEND)
+    st.caption(MARKS_LEGEND)
     present = set(rec.scalar_names)
     wanted = tuple(m for m in (*PANEL_METRICS, *extra) if m in present)
     series = load_series(path, wanted, max_points, fp)
@@ -197,10 +248,8 @@ def charts_body(
         cols = st.columns(2)
         i = 0
         for panel in drawn:
-            sub = {m: series[m] for m in panel.metrics if m in series}
-            fig = charts.line_figure(
-                panel.title, sub, spans=spans, marks=marks, log_y=panel.log_y and _all_positive(sub)
-            )
+            sub, log_y = _log_ready(panel, {m: series[m] for m in panel.metrics if m in series})
+            fig = charts.line_figure(panel.title, sub, spans=spans, marks=marks, log_y=log_y)
             cols[i % 2].plotly_chart(fig, key=f"panel-{panel.title}")
             i += 1
         for base, layer_names in layers.items():

@@ -206,6 +206,55 @@ def test_live_page_draws_panels_shading_marks_and_refreshes(runs: Path):
         mon.close()
 
 
+def write_remediated_run(root: Path, name: str, steps: int = 50) -> None:
+    """A run as the demo writes one: a low ESS from step 1 (an info level), an induced
+    incident at step 30 that makes it stale, the staleness precursor and the policy's
+    action applied by the 'trainer', a rollback, and a χ² that spikes to 4e5 once."""
+    rng = np.random.default_rng(0)
+    mon = Monitor(root / name, controls={"clip": True, "mini_batches": 1}, remediation=True)
+    for step in range(1, steps + 1):
+        if step == 30:
+            note = "induced incident at step 30: clipping switched off"
+            mon.event("incident", {"kind": "set_clip", "note": note, "induced": True})
+            mon.update_controls({"clip": False, "mini_batches": 1})
+        noise = 1 + 0.05 * rng.standard_normal()
+        values = {
+            "reward/mean": 0.4 + 0.002 * step,
+            "mismatch/kl_k1": 3.2e-4 * noise,
+            "mismatch/ess": 0.3 * noise,
+            "mismatch/chi2_token": 4e5 if step == steps - 2 else (0.0 if step == 3 else 0.01),
+            "staleness/kl_k3": (0.02 if step >= 30 else 1e-4) * noise,
+        }
+        if step % 10 == 0:
+            values["eval/acc"] = 0.4 if step < 40 else 0.45
+        mon.log(step, values)
+        for action in mon.pending_actions():
+            mon.resolve(action.id, "applied", "clip: False -> True")
+            mon.event("rollback", {"step": step, "to_step": 20, "eval_acc_after": 0.4})
+    mon.close()
+
+
+def test_live_page_tells_what_happened_and_marks_it_where_it_happened(runs: Path):
+    write_remediated_run(runs, "demo")
+    at = app("live", run="demo")
+    no_traceback(at)
+    text = texts(at)
+    assert "ⓘ levels (info: shown, never acted on): mismatch/ess" in text
+    assert "**induced incident** (scripted): clipping switched off" in text
+    assert "◆ action **set_clip**" in text and "⟲ **rolled back to step 20**" in text
+    assert "back at its pre-episode level (0.400 at step 30)" in text
+    tiles = {m.label: m.value for m in at.metric}
+    assert tiles["mismatch/kl_k1"].endswith("e-04")  # not 0.000…
+    figs = {f["layout"]["title"]["text"]: f for f in figures(at)}
+    chi2 = next(f for t, f in figs.items() if t.startswith("IS weights: χ²"))
+    assert chi2["layout"]["yaxis"]["type"] == "log"  # the late 4e5 does not flatten it
+    reward = figs["Reward and accuracy"]["layout"]
+    labels = {a["text"] for a in reward["annotations"]}
+    assert labels == {"induced incident", "rolled back to step 20"}
+    [shade] = [s for s in reward["shapes"] if s["type"] == "rect"]
+    assert shade["x0"] > 29  # the info level since step 1 is not shaded
+
+
 def test_live_page_thins_long_runs_for_display_only(runs: Path):
     mon = Monitor(runs / "long")
     for step in range(5000):

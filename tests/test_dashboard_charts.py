@@ -1,9 +1,9 @@
-"""The dashboard's pure parts: display thinning, breakdown spans, figure builders, safety rule.
+"""The dashboard's pure parts: display thinning, figure builders, safety rule.
 
 Thinning is checked against a plain-Python bucket loop and by the properties a reader of
-a chart relies on (extremes, first and last point, spikes); spans against hand-built
-alert timelines; figures by what they carry (data unchanged, shapes where the spans
-are); the write permission rule case by case.
+a chart relies on (extremes, first and last point, spikes); figures by what they carry
+(data unchanged, shapes where the spans are); the write permission rule case by case.
+Episodes and marks: tests/test_dashboard_marks.py.
 """
 
 from __future__ import annotations
@@ -17,17 +17,10 @@ from hypothesis import strategies as st
 
 from dashboard import charts
 from dashboard.downsample import bucket_columns, minmax_downsample
-from dashboard.marks import (
-    Span,
-    action_marks,
-    alert_marks,
-    breakdown_spans,
-    health,
-    limit_spans,
-    merge_spans,
-)
+from dashboard.marks import Mark, Span, action_marks
+from dashboard.overlays import SPAN_COLORS
 from dashboard.settings import is_loopback, settings_from_env, write_permission
-from monitor.records import Action, Alert
+from monitor.records import Action
 
 # ----------------------------------------------------------------------------- thinning
 
@@ -115,103 +108,23 @@ def test_bucket_columns_sum_max_mean_against_loops():
         bucket_columns(steps, z[:, :10], 7)
 
 
-# ----------------------------------------------------------------------------- marks
-
-
-def alert(step, cleared=None, severity="warning", factor="train_inference", aid=1):
-    return Alert(
-        detector="level",
-        severity=severity,
-        metric="mismatch/kl_k1",
-        value=0.04,
-        baseline=0.001,
-        window=50,
-        factor=factor,
-        message="KL up",
-        remedy="turn on TIS",
-        id=aid,
-        step=step,
-        time=0.0,
-        cleared_step=cleared,
-    )
-
-
-def test_breakdown_spans_merge_overlaps_and_keep_the_worst_severity():
-    alerts = [
-        alert(10, cleared=15),  # steps 10..14
-        alert(12, cleared=20, severity="critical", factor="routing", aid=2),  # 12..19
-        alert(20, cleared=22, aid=3),  # touches: 20..21 joins
-        alert(40, None, aid=4),  # open: to the last step
-        alert(30, cleared=31, severity="info", aid=5),  # info is not a breakdown
-        alert(50, cleared=50, aid=6),  # cleared at once: one step
-    ]
-    spans = breakdown_spans(alerts, last_step=60)
-    assert spans == [
-        Span(10, 21, "critical", ("train_inference", "routing")),
-        Span(40, 60, "warning", ("train_inference",)),
-    ]
-    one = breakdown_spans([alert(5, None)], last_step=None)
-    assert one == [Span(5, 5, "warning", ("train_inference",))]
-
-
-def test_limit_spans_merges_the_closest_first():
-    spans = [Span(s, s + 1, "warning", ("x",)) for s in (0, 10, 13, 30, 31, 100)]
-    spans = merge_spans(spans, gap=1)  # 30..31 and 31..32 touch
-    assert len(spans) == 5
-    limited = limit_spans(spans, 3)
-    assert limited == [  # gaps 2 and 9 closed first; 16 and 68 kept
-        Span(0, 14, "warning", ("x",)),
-        Span(30, 32, "warning", ("x",)),
-        Span(100, 101, "warning", ("x",)),
-    ]
-    assert limit_spans(spans, 10) == spans
-    # evenly spaced alerts: exactly max_spans spans, not one span over the whole run
-    even = [
-        Span(s, s + 20, "critical" if s == 500 else "warning", ("x",))
-        for s in range(0, 10_000, 500)
-    ]
-    limited = limit_spans(even, 5)
-    assert len(limited) == 5 and limited[0].start == 0 and limited[-1].end == 9520
-    assert sum(sp.end - sp.start for sp in limited) < 10_000
-    assert limited[0].severity == "critical"  # the worst severity survives the merge
-
-
-def test_marks_and_health():
-    a = alert(7, None, severity="critical")
-    [m] = alert_marks([a])
-    assert m.step == 7 and "mismatch/kl_k1 = 0.04" in m.text and "train_inference" in m.text
-    acts = [
-        Action(
-            1, "set_is_correction", {"enabled": True}, "r", "dashboard", None, "pending", 5, 0.0
-        ),
-        Action(2, "rollback", {}, "r", "policy", 3, "applied", 6, 0.0, resolved_step=8),
-    ]
-    marks = action_marks(acts, last_step=9)
-    assert [(m.step, m.level, m.label) for m in marks] == [
-        (9, "pending", "set_is_correction"),
-        (8, "applied", "rollback"),
-    ]
-    assert health([]) == "healthy"
-    assert health([alert(1, severity="info")]) == "healthy"
-    assert health([alert(1), alert(2, severity="critical")]) == "critical"
-
-
 # ----------------------------------------------------------------------------- figures
 
 
 def test_line_figure_carries_data_spans_and_marks():
     x = np.arange(100)
     y = np.linspace(1e-3, 1e-1, 100)
-    spans = [Span(40, 60, "critical", ("routing",))]
-    marks = alert_marks([alert(40, None)])
+    spans = [Span(40, 60, "critical", ("routing",), "routing")]
+    marks = [Mark(40, "alert", "warning", "routing", "episode")]
     fig = charts.line_figure("KL", {"mismatch/kl_k1": (x, y)}, spans=spans, marks=marks, log_y=True)
     data = fig.data[0]
     assert np.array_equal(data.x, x) and np.array_equal(data.y, y)
     [shape] = fig.layout.shapes
-    assert (shape.x0, shape.x1, shape.fillcolor) == (39.5, 60.5, charts.SPAN_COLORS["critical"])
+    assert (shape.x0, shape.x1, shape.fillcolor) == (39.5, 60.5, SPAN_COLORS["critical"])
     assert shape.yref == "paper" and shape.layer == "below"
     alert_trace = fig.data[1]
     assert alert_trace.yaxis == "y2" and list(alert_trace.x) == [40]
+    assert list(alert_trace.text) == ["routing"]  # the episode's blamed factor, on the chart
     assert fig.layout.yaxis.type == "log" and fig.layout.yaxis2.range == (0, 1)
 
 
