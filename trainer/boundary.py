@@ -11,7 +11,7 @@ A stop request is returned to the loop. It does not run steps or write checkpoin
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -20,9 +20,7 @@ from trainer.checkpoints import list_checkpoints, load_checkpoint
 from trainer.controls import Controls, Rejected, Request, apply_action
 from trainer.evaluate import evaluate
 from trainer.incidents import SET_ROLLOUT_QUANT, Incident, apply_rollout_quant
-
-if TYPE_CHECKING:
-    from trainer.run import RunState
+from trainer.run_state import RunState
 
 
 def induce(run: RunState, incident: Incident) -> None:

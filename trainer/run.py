@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,13 +36,14 @@ from trainer.checkpoints import (
 from trainer.coldstart import ColdStart, cold_start
 from trainer.config import RunConfig, config_to_dict, dump_config, load_config
 from trainer.controls import Controls
-from trainer.engines.base import InferenceEngine, TrainingEngine, WeightSyncError
+from trainer.engines.base import TrainingEngine, WeightSyncError
 from trainer.engines.factory import make_inference_engine, make_training_engine
 from trainer.evaluate import evaluate, policy_accuracy
 from trainer.incidents import due
 from trainer.progress import NoProgress, Progress
+from trainer.run_state import RunState
 from trainer.step import NonFiniteBatch, StepResult, rl_step
-from trainer.tasks import Task, make_task
+from trainer.tasks import make_task
 
 CONFIG_FILE = "config.yaml"
 
@@ -126,45 +127,6 @@ def train(
     _close(run, stopped)
     evals = run.evals or [None]
     return RunResult(run_dir, run.step, stopped, start.metrics, evals[0], evals[-1])
-
-
-@dataclass
-class RunState:
-    """What the loop works on: the config, the store, both engines, the controls, and
-    where the run is (step, data position); the step-boundary handlers
-    (trainer/boundary.py) change it."""
-
-    cfg: RunConfig
-    run_dir: Path
-    mon: Monitor
-    policy: TrainingEngine
-    task: Task
-    controls: Controls
-    bar: Progress | NoProgress
-    step: int
-    """The last step run (or being run)."""
-    logged: int
-    """The last step whose record is in the store."""
-    pos: int
-    """Position in the data and the lr schedule: the step's prompts, sampling seeds and lr
-    follow it. Equal to `step` until a rollback rewinds it to its checkpoint's (the step
-    counter keeps going forward, so the store keeps the rolled-back branch)."""
-    engine: InferenceEngine | None = None
-    """Made inside the crash guard, so that a failing start is recorded too."""
-    evals: list[float] = field(default_factory=list)
-    eval_steps: list[int] = field(default_factory=list)
-    partial: bool = False
-    """Interrupted mid-step: that step is neither logged nor checkpointed."""
-
-    def set_lr(self, next_step: bool = True) -> None:
-        """lr = base × remediation's scale × the schedule at the data position (of the
-        next step, or of the current one), never above remediation's cap (a cap holds
-        whatever the schedule or a scripted ramp does)."""
-        c, base = self.controls, self.cfg.optim.lr
-        scale = c.lr_scale * self.cfg.train.lr_scale(self.pos - 1 if next_step else self.pos)
-        if c.lr_cap is not None:
-            scale = min(scale, c.lr_cap / base)
-        self.policy.set_lr_scale(scale)
 
 
 def _steps(run: RunState) -> str:
