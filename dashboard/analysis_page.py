@@ -182,7 +182,9 @@ def _run_import(filename: str, data: bytes, fmt: str, out: Path) -> tuple[bool, 
     from monitor.import_cli import main as import_main
 
     with tempfile.TemporaryDirectory(prefix="minirl-import-") as tmp:
-        src = Path(tmp) / Path(filename).name
+        # the browser's file name made safe as one file name (its suffix tells the format)
+        safe = re.sub(r"[^A-Za-z0-9._-]", "_", Path(filename).name)[-100:].lstrip(".")
+        src = Path(tmp) / (safe or "upload")
         src.write_bytes(data)
         argv = [str(src), "--out", str(out)]
         if fmt in FORMATS:

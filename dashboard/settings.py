@@ -78,6 +78,7 @@ def write_permission(host: str, token: str | None, entered: str | None) -> tuple
         )
     if not entered:
         return False, f"operator actions need the token (the dashboard is exposed on {shown})"
-    if not hmac.compare_digest(entered.encode(), token.encode()):
+    utf8 = ("utf-8", "surrogatepass")  # a browser's JSON may carry a lone surrogate
+    if not hmac.compare_digest(entered.encode(*utf8), token.encode(*utf8)):
         return False, "operator actions refused: wrong token"
     return True, "token accepted: operator actions allowed"

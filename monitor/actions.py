@@ -134,10 +134,12 @@ def validate(kind: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
     clamped. Numbers come back as float (int for `n` and `step`), bands as [lo, hi].
     """
     if kind not in _SPECS:
-        raise UserError(f"unknown action kind {kind!r}; allowed: {', '.join(KINDS)}")
+        raise UserError(f"unknown action kind {kind!r:.60}; allowed: {', '.join(KINDS)}")
+    if params is not None and not isinstance(params, Mapping):
+        raise UserError(f"action {kind}: params must be a mapping, got {type(params).__name__}")
     params = dict(params or {})
     required, optional = _SPECS[kind]
-    unknown = sorted(set(params) - set(required) - set(optional))
+    unknown = sorted(f"{key!r:.40}" for key in set(params) - set(required) - set(optional))
     if unknown:
         allowed = ", ".join(required + optional) or "none"
         raise UserError(f"action {kind}: unknown param(s) {', '.join(unknown)}; allowed: {allowed}")

@@ -99,6 +99,11 @@ def main(argv: list[str]) -> int:
         print(f"warning: {_summary(parsed)}", file=sys.stderr)
     if parsed.non_numeric:
         print(f"note: {parsed.non_numeric} non-numeric field(s) ignored", file=sys.stderr)
+    if parsed.bad_names:
+        print(
+            f"note: {parsed.bad_names} value(s) with an empty or invalid metric name skipped",
+            file=sys.stderr,
+        )
     if parsed.overwritten:
         print(
             f"note: {parsed.overwritten} repeated (step, metric) value(s); the last kept",

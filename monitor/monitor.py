@@ -32,6 +32,8 @@ from monitor.errors import UserError
 from monitor.histograms import bin_values, spec_for
 from monitor.records import Action, Alert, Cleared, Event
 from monitor.remediation import RemediationPolicy
+from monitor.schema import MAX_STEP, name_problem
+from monitor.schema import _json as store_json
 from monitor.store import RunStore
 
 log = logging.getLogger("minirl.monitor")
@@ -60,12 +62,13 @@ class _NullNotifier:
 
 
 def _to_float(name: Any, value: Any) -> float:
-    if not isinstance(name, str) or not name:
-        raise UserError(f"metric names must be non-empty strings, got {name!r}")
+    problem = name_problem(name)
+    if problem is not None:
+        raise UserError(problem)
     try:
         return float(value)
-    except (TypeError, ValueError):
-        raise UserError(f"metric {name!r}: value {value!r} is not a number") from None
+    except (TypeError, ValueError, OverflowError):
+        raise UserError(f"metric {name!r:.80}: value {value!r:.80} is not a number") from None
 
 
 class Monitor:
@@ -139,8 +142,8 @@ class Monitor:
         a step before the last one is an error (use `truncate_after` to rewind).
         """
         self._check_open()
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise UserError(f"step must be an integer ≥ 0, got {step!r}")
+        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_STEP:
+            raise UserError(f"step must be an integer in 0..2^53, got {step!r:.80}")
         last = self.store.last_step()
         if last is not None and step < last:
             raise UserError(
@@ -247,8 +250,15 @@ class Monitor:
     def event(self, kind: str, detail: dict[str, Any] | None = None) -> Event:
         """Record a run event (start, resume, checkpoint, rollback, stop, crash...)."""
         self._check_open()
-        if not isinstance(kind, str) or not kind:
-            raise UserError(f"event kind must be a non-empty string, got {kind!r}")
+        problem = name_problem(kind, "event kind")
+        if problem is not None:
+            raise UserError(problem)
+        if detail is not None and not isinstance(detail, Mapping):
+            raise UserError(f"event {kind}: detail must be a mapping, got {type(detail).__name__}")
+        try:
+            store_json(dict(detail or {}))
+        except (ValueError, TypeError, RecursionError) as err:
+            raise UserError(f"event {kind}: detail cannot be stored as JSON ({err})") from None
         step, now = self.store.last_step(), time.time()
         with self.store.transaction():
             event_id = self.store.insert_event(step, kind, detail or {}, now)

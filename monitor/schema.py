@@ -153,6 +153,28 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v0_to_v1, _v1_to_v2]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
+MAX_STEP = 2**53
+"""The largest step a store takes: float64 (numpy, JSON readers, the browser) holds every
+integer up to it exactly, and SQLite's INTEGER holds it."""
+
+
+def name_problem(name: object, what: str = "metric name") -> str | None:
+    """Why `name` cannot be a metric name (None if it can): a non-empty string."""
+    if not isinstance(name, str) or not name:
+        return f"{what}s must be non-empty strings, got {name!r:.80}"
+    return text_problem(name, what)
+
+
+def text_problem(text: str, what: str) -> str | None:
+    """Why `text` cannot be stored as TEXT (None if it can): SQLite keeps UTF-8, which
+    has no lone surrogate (Python strings may hold one, e.g. from a JSON escape)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return f"{what} {text!r:.80} is not valid Unicode (a lone surrogate)"
+    return None
+
+
 def store_path(run: str | os.PathLike[str]) -> Path:
     """`run` is a run directory or a store file; return the store file's path."""
     path = Path(run)

@@ -45,6 +45,7 @@ from monitor.schema import (
     compact,
     compacted_upto,
     store_path,
+    text_problem,
 )
 
 __all__ = ["SCHEMA_VERSION", "STORE_FILE", "RunStore", "request_action", "store_path"]
@@ -298,6 +299,13 @@ def _insert_action(
         raise UserError(f"action source must be policy, dashboard or user, got {source!r}")
     if not isinstance(reason, str) or not reason.strip():
         raise UserError("an action needs a reason (one line saying why)")
+    problem = text_problem(reason, "action reason")
+    if problem is not None:
+        raise UserError(problem)
+    if alert_id is not None and (
+        isinstance(alert_id, bool) or not isinstance(alert_id, int) or not 0 <= alert_id < 2**63
+    ):
+        raise UserError(f"action alert_id must be an alert's id, got {alert_id!r:.40}")
     step = conn.execute("SELECT max(step) FROM steps").fetchone()[0]
     action_id = conn.execute(
         "INSERT INTO actions (kind, params, reason, source, alert_id, status, step, time)"

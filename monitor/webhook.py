@@ -20,11 +20,15 @@ import json
 import logging
 import math
 import queue
+import sys
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Any, Literal
+
+from monitor.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +38,33 @@ _SEVERITY_MARK = {"info": "ℹ️", "warning": "⚠️", "critical": "🚨"}
 
 
 def _finite(value: Any) -> Any:
-    """JSON has no NaN/inf: send them as strings so strict receivers accept the payload."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    return value
+    """A JSON value for a field: JSON has no NaN/inf (sent as strings, so strict receivers
+    accept the payload) and no numpy or other objects (sent as numbers or strings)."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, (float, *np_number_types())):
+        value = float(value)
+        return value if math.isfinite(value) else str(value)
+    return str(value)
+
+
+def np_number_types() -> tuple[type, ...]:
+    """numpy's scalar types if numpy is loaded (the monitor never needs to import it here)."""
+    np = sys.modules.get("numpy")
+    return (np.floating, np.integer) if np is not None else ()
+
+
+def check_url(url: object) -> str:
+    """`url` if it is an http(s) URL with a host, else a UserError saying what is wrong."""
+    text = str(url)
+    parts = urllib.parse.urlsplit(text) if text.isprintable() and " " not in text else None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UserError(f"webhook url {text[:200]!r}: expected http://HOST/... or https://HOST/...")
+    try:
+        parts.port  # noqa: B018 (a bad port raises here)
+    except ValueError as err:
+        raise UserError(f"webhook url {text[:200]!r}: {err}") from None
+    return text
 
 
 def alert_payload(alert: Any, run: str, fmt: PayloadFormat = "json") -> dict[str, Any]:
@@ -75,10 +102,9 @@ class WebhookNotifier:
         max_backoff_s: float = 30.0,
         request_timeout_s: float = 5.0,
     ) -> None:
-        if not url.startswith(("http://", "https://")):
-            raise ValueError(f"webhook url must start with http:// or https://, got {url!r}")
+        check_url(url)
         if format not in ("json", "slack"):
-            raise ValueError(f"webhook format must be 'json' or 'slack', got {format!r}")
+            raise UserError(f"webhook format must be 'json' or 'slack', got {format!r}")
         self.url, self.run, self.format = url, run, format
         self.max_retries, self.backoff_s, self.max_backoff_s = max_retries, backoff_s, max_backoff_s
         self.request_timeout_s = request_timeout_s
@@ -158,3 +184,5 @@ class WebhookNotifier:
             return err.code in _RETRYABLE_HTTP, f"HTTP {err.code}"
         except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as err:
             return True, str(getattr(err, "reason", err))
+        except Exception as err:  # the sender thread must outlive any reply
+            return False, f"{type(err).__name__}: {err}"

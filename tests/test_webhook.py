@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from alert_factory import make_alert
 
+from monitor.errors import UserError
 from monitor.webhook import WebhookNotifier, alert_payload
 
 
@@ -180,7 +181,7 @@ def test_never_blocks_the_caller_when_the_server_hangs(receiver_factory, caplog)
 
 
 def test_bad_url_and_format_are_rejected():
-    with pytest.raises(ValueError, match="http"):
+    with pytest.raises(UserError, match="http"):
         WebhookNotifier("ftp://example")
-    with pytest.raises(ValueError, match="format"):
+    with pytest.raises(UserError, match="format"):
         WebhookNotifier("http://127.0.0.1:1/", format="teams")

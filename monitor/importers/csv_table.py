@@ -7,13 +7,16 @@ Accepted shapes:
   envelope columns are dropped and a "<run> - " prefix shared by all columns is removed.
 - long: exactly `step,name,value` — what `minirl export --format csv` writes.
 
-Empty cells are missing values, not garbage. A row is garbage when its step is not a
-non-negative integer or its field count differs from the header's.
+Empty cells are missing values, not garbage. A row is one line (a cell cannot span lines,
+so a stray quote spoils its own row, not the rest of the file); it is garbage when its
+step is not a step (an integer in 0..2^53) or its field count differs from the header's.
+A leading byte-order mark (a spreadsheet's UTF-8 export) is not part of the first name.
 """
 
 from __future__ import annotations
 
 import csv
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from monitor.importers.jsonl import STEP_KEYS
@@ -31,15 +34,30 @@ def _shared_run_prefix(columns: list[str]) -> str:
     return ""
 
 
+def _rows(lines: Iterable[str], delimiter: str, parsed: Parsed) -> Iterator[tuple[int, list]]:
+    """(line number, row) per line. A row is one line: a quote left open closes at the
+    end of its line instead of swallowing the rest of the file, and a line the csv
+    module refuses (a field over its 128 KiB limit) is garbage on its own."""
+    for lineno, line in enumerate(lines, start=1):
+        try:
+            row = next(csv.reader([line], delimiter=delimiter), [])
+        except csv.Error as err:
+            parsed.units += 1
+            parsed.bad(f"row {lineno}", f"unreadable CSV ({err})")
+            continue
+        yield lineno, row
+
+
 def parse_csv(path: Path) -> Parsed:
     """Read a CSV/TSV log; see the module docstring for the accepted shapes."""
     parsed = Parsed(unit="row")
-    with path.open(newline="", encoding="utf-8", errors="replace") as handle:
+    # utf-8-sig: a spreadsheet's export starts with a byte-order mark, not part of a name
+    with path.open(newline="", encoding="utf-8-sig", errors="replace") as handle:
         sample = handle.read(8192)
         handle.seek(0)
         delimiter = "\t" if sample.count("\t") > sample.count(",") else ","
-        reader = csv.reader(handle, delimiter=delimiter)
-        header = next(reader, None)
+        reader = _rows(handle, delimiter, parsed)
+        header = next(reader, (0, []))[1]
         if not header:
             return parsed
         header = [h.strip() for h in header]
@@ -59,7 +77,7 @@ def parse_csv(path: Path) -> Parsed:
         ]
         prefix = _shared_run_prefix([name for _, name in metrics])
         metrics = [(i, name[len(prefix) :]) for i, name in metrics]
-        for lineno, row in enumerate(reader, start=2):
+        for lineno, row in reader:
             if not row or all(not cell.strip() for cell in row):
                 continue
             parsed.units += 1
@@ -68,7 +86,7 @@ def parse_csv(path: Path) -> Parsed:
                 continue
             step = as_step(row[step_idx])
             if step is None:
-                parsed.bad(f"row {lineno}", f"{step_col}={row[step_idx]!r} is not a step")
+                parsed.bad(f"row {lineno}", f"{step_col}={row[step_idx]!r:.40} is not a step")
                 continue
             if long:
                 name, raw = row[header.index("name")], row[header.index("value")]

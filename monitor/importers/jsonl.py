@@ -25,11 +25,21 @@ STEP_KEYS = ("_step", "step", "global_step", "train/global_step", "trainer/globa
 _MERGED = ("data", "metrics")
 
 
-def _flatten(obj: dict, prefix: str, out: dict) -> None:
+MAX_DEPTH = 50
+"""Nesting levels of one record that are flattened; deeper is garbage (a log is flat)."""
+
+
+class _TooDeep(ValueError):
+    pass
+
+
+def _flatten(obj: dict, prefix: str, out: dict, depth: int = 0) -> None:
+    if depth > MAX_DEPTH:
+        raise _TooDeep
     for key, value in obj.items():
         if isinstance(value, dict):
             inner = "" if (not prefix and key in _MERGED) else f"{prefix}{key}/"
-            _flatten(value, inner, out)
+            _flatten(value, inner, out, depth + 1)
         else:
             out[f"{prefix}{key}"] = value
 
@@ -39,14 +49,18 @@ def _read_object(obj: object, where: str, parsed: Parsed) -> None:
         parsed.bad(where, f"a JSON {type(obj).__name__}, not an object")
         return
     flat: dict = {}
-    _flatten(obj, "", flat)
+    try:
+        _flatten(obj, "", flat)
+    except _TooDeep:
+        parsed.bad(where, f"objects nested deeper than {MAX_DEPTH} levels")
+        return
     step_key = next((k for k in STEP_KEYS if k in flat), None)
     if step_key is None:
         parsed.bad(where, f"no step (looked for {', '.join(STEP_KEYS)})")
         return
     step = as_step(flat.pop(step_key))
     if step is None:
-        parsed.bad(where, f"{step_key} is not a non-negative integer")
+        parsed.bad(where, f"{step_key} is not a step (an integer in 0..2^53)")
         return
     if set(flat) >= {"name", "value"} and isinstance(flat["name"], str):  # long format
         parsed.add_long(step, flat["name"], flat["value"], where)
@@ -58,12 +72,12 @@ def _read_object(obj: object, where: str, parsed: Parsed) -> None:
 def parse_jsonl(path: Path) -> Parsed:
     """Read a JSONL log (or a trainer_state.json); see the module docstring for shapes."""
     parsed = Parsed(unit="line")
-    text = path.read_text(encoding="utf-8", errors="replace")
+    text = path.read_text(encoding="utf-8-sig", errors="replace")  # -sig: a leading BOM
     stripped = text.lstrip()
     if stripped.startswith("{") and "\n{" not in stripped:  # maybe one whole JSON document
         try:
             doc = json.loads(text)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             doc = None
         if isinstance(doc, dict) and isinstance(doc.get("log_history"), list):
             parsed.unit = "log_history entry"
@@ -79,6 +93,12 @@ def parse_jsonl(path: Path) -> Parsed:
             obj = json.loads(line)
         except json.JSONDecodeError as err:
             parsed.bad(f"line {lineno}", f"not JSON ({err.msg})")
+            continue
+        except ValueError as err:  # an integer of more than 4300 digits
+            parsed.bad(f"line {lineno}", f"not readable JSON ({str(err).split(':')[0]})")
+            continue
+        except RecursionError:
+            parsed.bad(f"line {lineno}", "JSON nested too deeply")
             continue
         _read_object(obj, f"line {lineno}", parsed)
     return parsed

@@ -10,6 +10,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from monitor.schema import MAX_STEP, name_problem
+
 MAX_EXAMPLES = 5
 
 
@@ -29,8 +31,14 @@ class Parsed:
     """Fields that were present but not numbers (strings, lists...): skipped, not garbage."""
     overwritten: int = 0
     """(step, name) pairs seen more than once; the last one is kept."""
+    bad_names: int = 0
+    """Values skipped because their name cannot be a metric name (empty, a lone
+    surrogate): the rest of their line is kept."""
 
     def add(self, step: int, name: str, value: float) -> None:
+        if name_problem(name) is not None:
+            self.bad_names += 1
+            return
         row = self.rows.setdefault(step, {})
         if name in row:
             self.overwritten += 1
@@ -58,7 +66,7 @@ class Parsed:
     def bad(self, where: str, reason: str) -> None:
         self.garbage += 1
         if len(self.examples) < MAX_EXAMPLES:
-            self.examples.append(f"{where}: {reason}")
+            self.examples.append(f"{where}: {reason:.200}")
 
     @property
     def n_values(self) -> int:
@@ -66,7 +74,8 @@ class Parsed:
 
 
 def as_step(value: object) -> int | None:
-    """A non-negative integer step from an int, an integral float or a numeric string."""
+    """A step (an integer in 0..MAX_STEP) from an int, an integral float or a numeric
+    string; None for anything else (1e20 is a number, not a step a store can hold)."""
     if isinstance(value, bool):
         return None
     if isinstance(value, str):
@@ -75,9 +84,9 @@ def as_step(value: object) -> int | None:
         except ValueError:
             return None
     if isinstance(value, int):
-        return value if value >= 0 else None
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer() and value >= 0:
-        return int(value)
+        return value if 0 <= value <= MAX_STEP else None
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value) if 0 <= value <= MAX_STEP else None
     return None
 
 
@@ -85,14 +94,11 @@ def as_value(value: object) -> float | None:
     """A float from a number or a numeric string ('nan' and 'inf' included: they are data)."""
     if isinstance(value, bool) or value is None:
         return None
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):
-        text = value.strip()
-        if not text:
-            return None
-        try:
-            return float(text)
-        except ValueError:
-            return None
+    try:
+        if isinstance(value, int | float):
+            return float(value)  # an int past float64's range (10**400) overflows
+        if isinstance(value, str) and value.strip():
+            return float(value.strip())
+    except (ValueError, OverflowError):
+        return None
     return None

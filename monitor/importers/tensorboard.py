@@ -18,6 +18,7 @@ import struct
 from pathlib import Path
 
 from monitor.importers.parsed import Parsed
+from monitor.schema import MAX_STEP
 
 # Field numbers, from event.proto, summary.proto and tensor.proto.
 EVENT_STEP, EVENT_SUMMARY = 2, 5
@@ -126,19 +127,19 @@ def _tensor_scalar(buf: bytes) -> float | None:
         if number == TENSOR_DTYPE and wire == _WIRE_VARINT:
             dtype = value
         elif number == TENSOR_SHAPE and wire == _WIRE_LEN:
-            for dnum, _, dim in fields(value):
-                if dnum == SHAPE_DIM:
-                    size = next((v for n, w, v in fields(dim) if n == DIM_SIZE), 1)
-                    n_elements *= _signed64(size)
-        elif number == TENSOR_CONTENT:
+            for dnum, dwire, dim in fields(value):
+                if dnum == SHAPE_DIM and dwire == _WIRE_LEN:
+                    sizes = [v for n, w, v in fields(dim) if n == DIM_SIZE and w == _WIRE_VARINT]
+                    n_elements *= _signed64(sizes[0]) if sizes else 1
+        elif number == TENSOR_CONTENT and wire == _WIRE_LEN:
             content = value
-        elif number == TENSOR_FLOAT:  # packed (LEN) or one fixed32
-            floats += struct.unpack(f"<{len(value) // 4}f", value)
-        elif number == TENSOR_DOUBLE:
-            doubles += struct.unpack(f"<{len(value) // 8}d", value)
-        elif number in (TENSOR_INT, TENSOR_INT64):
+        elif number == TENSOR_FLOAT and wire in (_WIRE_LEN, _WIRE_32):  # packed or one
+            floats += struct.unpack(f"<{len(value) // 4}f", value[: len(value) // 4 * 4])
+        elif number == TENSOR_DOUBLE and wire in (_WIRE_LEN, _WIRE_64):
+            doubles += struct.unpack(f"<{len(value) // 8}d", value[: len(value) // 8 * 8])
+        elif number in (TENSOR_INT, TENSOR_INT64) and wire in (_WIRE_LEN, _WIRE_VARINT):
             ints += _packed_varints(value) if wire == _WIRE_LEN else [value]
-        elif number == TENSOR_HALF:
+        elif number == TENSOR_HALF and wire in (_WIRE_LEN, _WIRE_VARINT):
             halves += _packed_varints(value) if wire == _WIRE_LEN else [value]
     if n_elements != 1:
         return None
@@ -159,36 +160,41 @@ def _tensor_scalar(buf: bytes) -> float | None:
 
 
 def _plugin_name(buf: bytes) -> str:
-    for number, _, value in fields(buf):
-        if number == METADATA_PLUGIN:
-            for pnum, _, pval in fields(value):
-                if pnum == PLUGIN_NAME:
+    for number, wire, value in fields(buf):
+        if number == METADATA_PLUGIN and wire == _WIRE_LEN:
+            for pnum, pwire, pval in fields(value):
+                if pnum == PLUGIN_NAME and pwire == _WIRE_LEN:
                     return pval.decode("utf-8", "replace")
     return ""
 
 
-def _read_event(payload: bytes, plugins: dict[str, str], parsed: Parsed) -> None:
+def _read_event(payload: bytes, plugins: dict[str, str], parsed: Parsed, where: str) -> None:
+    """The scalars of one Event. A field of the wrong wire type is not the field (a
+    protobuf reader skips it); a step outside 0..MAX_STEP makes the record garbage."""
     step, summaries = 0, []
     for number, wire, value in fields(payload):
         if number == EVENT_STEP and wire == _WIRE_VARINT:
             step = _signed64(value)
         elif number == EVENT_SUMMARY and wire == _WIRE_LEN:
             summaries.append(value)
+    if summaries and not 0 <= step <= MAX_STEP:
+        parsed.bad(where, f"step {step} is outside 0..2^53")
+        return
     for summary in summaries:
-        for number, _, value_msg in fields(summary):
-            if number != SUMMARY_VALUE:
+        for number, wire, value_msg in fields(summary):
+            if number != SUMMARY_VALUE or wire != _WIRE_LEN:
                 continue
             tag, simple, tensor, metadata = None, None, None, None
             for vnum, vwire, v in fields(value_msg):
-                if vnum == VALUE_TAG:
+                if vnum == VALUE_TAG and vwire == _WIRE_LEN:
                     tag = v.decode("utf-8")
                 elif vnum == VALUE_SIMPLE and vwire == _WIRE_32:
                     simple = struct.unpack("<f", v)[0]
-                elif vnum == VALUE_TENSOR:
+                elif vnum == VALUE_TENSOR and vwire == _WIRE_LEN:
                     tensor = v
-                elif vnum == VALUE_METADATA:
+                elif vnum == VALUE_METADATA and vwire == _WIRE_LEN:
                     metadata = v
-            if tag is None or step < 0:
+            if tag is None:
                 continue
             if metadata is not None:
                 plugins.setdefault(tag, _plugin_name(metadata))
@@ -229,7 +235,7 @@ def _read_file(path: Path, parsed: Parsed, plugins: dict[str, str]) -> None:
             continue
         # Also catches malformed scalar payloads (e.g. a truncated fixed32 float).
         try:
-            _read_event(payload, plugins, parsed)
+            _read_event(payload, plugins, parsed, where)
         except (WireError, struct.error, UnicodeDecodeError) as err:
             parsed.bad(where, f"not an Event protobuf ({err})")
 
