@@ -2,7 +2,10 @@
 
 One file per checkpoint, `<run_dir>/checkpoints/step_<N>.pt`, written atomically (temp
 file + rename) so a crash mid-write leaves the previous checkpoints intact. Content is
-plain tensors, numbers, strings and lists, so it loads with `weights_only=True`. This
+plain tensors, numbers, strings and lists, so it loads with `weights_only=True`. A
+sharded policy (the FSDP2 engine of a torchrun job) writes its weights and optimiser
+state with torch.distributed.checkpoint into `step_<N>.dcp/`, every rank its shards,
+before the .pt file that commits the checkpoint; any world size loads it back. This
 module does not decide when to checkpoint or which one is healthy (the loop and the
 monitor do).
 """
@@ -12,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +27,7 @@ from trainer.controls import Controls
 
 _NAME = re.compile(r"^step_(\d+)\.pt$")
 FORMAT = 1
+SHARDS = ".dcp"
 
 
 def checkpoint_dir(run_dir: Path) -> Path:
@@ -45,7 +50,7 @@ def list_checkpoints(run_dir: Path) -> dict[int, Path]:
 def save_checkpoint(
     run_dir: Path,
     step: int,
-    policy_state: dict[str, Any],
+    policy_state: dict[str, Any] | Any,
     controls: Controls,
     keep: int,
     *,
@@ -54,11 +59,17 @@ def save_checkpoint(
 ) -> Path:
     """Write step_<step>.pt atomically, then keep only the `keep` most recent, and those
     in `protect` (the healthy checkpoint a rollback of an open episode needs). `pos` is
-    the position in the data and the lr schedule (= step unless a rollback rewound it)."""
+    the position in the data and the lr schedule (= step unless a rollback rewound it).
+    A `policy_state` with a `write(folder)` method (a sharded engine's) writes its shards
+    there first; the payload then names the folder."""
     folder = checkpoint_dir(run_dir)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"step_{step:06d}.pt"
     tmp = path.with_suffix(f".tmp{os.getpid()}")
+    shards, write = path.with_suffix(SHARDS), getattr(policy_state, "write", None)
+    if callable(write):  # every rank writes its shards; the .pt below commits them
+        write(shards)
+        policy_state = {"shards": shards.name, **policy_state.meta}
     payload = {
         "format": FORMAT,
         "step": step,
@@ -72,7 +83,8 @@ def save_checkpoint(
     existing = list_checkpoints(run_dir)
     for old in list(existing)[:-keep]:
         if old not in protect:
-            existing[old].unlink(missing_ok=True)
+            existing[old].unlink(missing_ok=True)  # uncommitted first, then its shards
+            shutil.rmtree(existing[old].with_suffix(SHARDS), ignore_errors=True)
     return path
 
 
@@ -86,6 +98,19 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         raise UserError(f"checkpoint {path}: cannot be loaded ({type(err).__name__})") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise UserError(f"checkpoint {path}: not a minirl checkpoint of format {FORMAT}")
+    policy = payload.get("policy")
+    if isinstance(policy, dict) and "shards" in policy:
+        shards = path.parent / policy["shards"]
+        if not (shards / ".metadata").is_file():
+            raise UserError(f"checkpoint {path}: its shards {shards} are missing")
+        from trainer import distributed
+
+        if distributed.active():  # the ranks of a sharded engine each load their part
+            payload["policy"] = {**policy, "shards": str(shards)}
+        else:  # one process: the whole state, as the single-process engine saves it
+            from trainer.engines.fsdp import unshard
+
+            payload["policy"] = {**unshard(shards), "lr_scale": policy["lr_scale"]}
     return payload
 
 

@@ -1,8 +1,10 @@
-"""`minirl train CONFIG [--set a.b=c ...] [--run-dir DIR] [--resume]`: one RL run.
+"""`minirl train CONFIG [--set a.b=c ...] [--run-dir DIR] [--resume] [--nproc N]`: one RL run.
 
 Parses the command line, resolves the config and hands it to `trainer.run.train`. Every
 user-caused problem (bad config, missing file, a run dir already in use) is a UserError
-that the CLI prints in one line.
+that the CLI prints in one line. `--nproc N` runs it data-parallel on N local processes
+through torchrun (trainer/launch.py); started by torchrun (WORLD_SIZE > 1), rank 0 runs
+the loop and the other ranks serve their shard of the policy (trainer/distributed.py).
 """
 
 from __future__ import annotations
@@ -35,11 +37,31 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--webhook", default=None, help="POST alerts as JSON to this URL")
     p.add_argument("--slack", action="store_true", help="send the webhook in Slack's format")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--nproc",
+        type=int,
+        default=1,
+        help="data-parallel processes on this machine (FSDP2, launched by torchrun)",
+    )
     return p
 
 
 def main(argv: list[str]) -> int:
+    from trainer import distributed
+
     args = _parser().parse_args(argv)
+    if distributed.launched():
+        return distributed.run_ranks(lambda: _main(args))
+    if args.nproc < 1:
+        raise _usage(f"--nproc {args.nproc}: must be >= 1")
+    if args.nproc > 1:
+        from trainer.launch import launch
+
+        return launch(argv, args.nproc)
+    return _main(args)
+
+
+def _main(args: argparse.Namespace) -> int:
     if args.resume and args.config is None:
         if not args.run_dir:
             raise _usage("--resume without CONFIG needs --run-dir")

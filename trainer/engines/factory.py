@@ -1,8 +1,9 @@
 """The one place where the config picks the engines' backends.
 
-`EngineConfig.inference` picks the inference backend; the training backend is the
-single-process PyTorch engine (a sharded one would be chosen here). Imports each backend
-lazily: choosing the PyTorch engine never imports vLLM.
+`EngineConfig.inference` picks the inference backend. The training backend is the
+single-process PyTorch engine, or the FSDP2 engine on rank 0 of a torchrun job of several
+processes (trainer/distributed.py), where vLLM also gets a torch.distributed world of its
+own. Imports each backend lazily: choosing the PyTorch engine never imports vLLM.
 """
 
 from __future__ import annotations
@@ -20,8 +21,11 @@ def make_inference_engine(checkpoint_dir: str | Path, config: EngineConfig) -> I
 
         return TorchInferenceEngine(checkpoint_dir, config)
     if config.inference == "vllm":
+        from trainer import distributed
         from trainer.engines.vllm_engine import VLLMEngine
 
+        if distributed.active():
+            return distributed.InOwnWorld(lambda: VLLMEngine(checkpoint_dir, config))
         return VLLMEngine(checkpoint_dir, config)
     raise ValueError(f"inference={config.inference!r}: allowed are torch, vllm")
 
@@ -30,6 +34,12 @@ def make_training_engine(
     checkpoint_dir: str | Path, config: EngineConfig, optim: OptimConfig
 ) -> TrainingEngine:
     """The training engine (π_θ and AdamW) on `checkpoint_dir`."""
+    from trainer import distributed
+
+    if distributed.active():
+        from trainer.engines.fsdp import FSDPTrainingEngine
+
+        return FSDPTrainingEngine(checkpoint_dir, config, optim)
     from trainer.engines.training import TorchTrainingEngine
 
     return TorchTrainingEngine(checkpoint_dir, config, optim)
