@@ -1,11 +1,14 @@
 """The Alerts and actions page: what the detectors saw, what was done, and operator requests.
 
-A timeline puts each alert on the row of the IS factor it blames (open → cleared) and the
-actions below; two tables give the evidence (metric, value, baseline, window), message
-and remedy of each alert, and the status and outcome of each action. The operator can
-request any remediation kind (monitor/actions.py), rollback and stop included: the
-request is written with `monitor.request_action` as a pending row, and the trainer
-applies or rejects it at its next step boundary, which shows up here as its status.
+A timeline puts each alert on the row of the IS factor it blames (open → cleared), the
+actions above, and the run's induced incidents and rollbacks on top, over the whole run;
+tables give the evidence (metric, value, baseline, window), message and remedy of each
+alert, the status, reason and outcome of each action (the audit trail), and the
+incidents (scripted on purpose, labelled as induced) and rollbacks with their checks.
+The operator can request any remediation kind (monitor/actions.py), rollback and stop
+included: the request is written with `monitor.request_action` as a pending row, and the
+trainer applies or rejects it at its next step boundary, which shows up here as its
+status.
 Requests are refused when the app is exposed beyond loopback without the token
 (settings.write_permission). The action parameters are validated by the monitor only.
 """
@@ -20,7 +23,7 @@ import streamlit as st
 
 from dashboard import charts
 from dashboard.data import RunEntry, fingerprint, load_records, summarize
-from dashboard.marks import action_marks
+from dashboard.marks import action_marks, incident_marks, rollback_marks
 from dashboard.ui import (
     guard,
     one_run,
@@ -30,7 +33,7 @@ from dashboard.ui import (
 from monitor import RunReader, request_action
 from monitor.actions import IS_POLICIES, KINDS, ROUTING_MODES
 from monitor.errors import UserError
-from monitor.records import Action, Alert
+from monitor.records import Action, Alert, Event
 
 
 @dataclass(frozen=True)
@@ -106,8 +109,8 @@ def _alert_rows(alerts: list[Alert], last_step: int) -> list[dict[str, Any]]:
     return rows
 
 
-def _num(x: float) -> str:
-    return "nan" if math.isnan(x) else f"{x:.4g}"
+def _num(x: float | None) -> str:
+    return "–" if x is None else "nan" if math.isnan(x) else f"{x:.4g}"
 
 
 def _alert_table(alerts: list[Alert]) -> list[dict[str, Any]]:
@@ -161,7 +164,10 @@ def history_body(path: str, name: str) -> None:
         f"{n_open} open · {len(actions)} action(s), "
         f"{summary.n_pending_actions} pending"
     )
-    fig = charts.timeline_figure(_alert_rows(alerts, last), action_marks(actions, last))
+    run_marks = [*incident_marks(rec.events), *rollback_marks(rec.events)]
+    fig = charts.timeline_figure(
+        _alert_rows(alerts, last), action_marks(actions, last), run_marks, summary.last_step
+    )
     st.plotly_chart(fig, key="timeline")
     st.markdown("#### Alerts (newest first)")
     if alerts:
@@ -173,6 +179,31 @@ def history_body(path: str, name: str) -> None:
         st.dataframe(_action_table(actions), hide_index=True, width="stretch")
     else:
         st.caption("no actions yet")
+    events = _event_table(rec.events)
+    if events:
+        st.markdown("#### Induced incidents and rollbacks")
+        st.dataframe(events, hide_index=True, width="stretch")
+
+
+def _event_table(events: tuple[Event, ...]) -> list[dict[str, Any]]:
+    """Incidents (scripted, said so) and rollbacks with the held-out accuracy check."""
+    rows = []
+    for e in events:
+        d = e.detail
+        if e.kind == "incident":
+            what = f"{d.get('note') or d.get('kind')} (scripted on purpose, not by the run)"
+        elif e.kind == "rollback":
+            what = (
+                f"rolled back to the checkpoint of step {d.get('to_step')}; held-out accuracy "
+                f"of the restored policy {_num(d.get('eval_acc_after'))} (last evaluation up "
+                f"to that step: {_num(d.get('eval_acc_before'))})"
+            )
+        elif e.kind == "rollback_failed":
+            what = f"rollback failed: wanted {d.get('wanted')}, checkpoints {d.get('have')}"
+        else:
+            continue
+        rows.append({"after step": e.step, "event": e.kind, "what": what})
+    return rows
 
 
 def request_form(run: RunEntry, alerts: list[Alert]) -> None:

@@ -23,7 +23,17 @@ import numpy as np
 import plotly.graph_objects as go
 
 from dashboard.marks import Mark, Span
-from dashboard.overlays import ACTION_COLORS, ALERT_COLORS, Trace, mark_traces, overlays
+from dashboard.overlays import (
+    ACTION_COLORS,
+    ALERT_COLORS,
+    INCIDENT_COLOR,
+    ROLLBACK_COLOR,
+    Trace,
+    grouped,
+    mark_shapes,
+    mark_traces,
+    overlays,
+)
 from monitor.records import FACTORS
 
 FACTOR_COLORS = {
@@ -35,6 +45,7 @@ FACTOR_COLORS = {
     "outcome": "#7f7f7f",
 }
 Series = Mapping[str, tuple[np.ndarray, np.ndarray]]
+EVENTS_ROW = "incidents, rollbacks"
 
 
 def _layout(title: str, height: int, **extra: Any) -> dict[str, Any]:
@@ -186,9 +197,13 @@ def overlay_figure(
 def timeline_figure(
     alert_rows: Sequence[Mapping[str, Any]],
     action_marks: Sequence[Mark],
-    height: int = 340,
+    run_marks: Sequence[Mark] = (),
+    last_step: int | None = None,
+    height: int = 360,
 ) -> go.Figure:
-    """Alerts as segments (open → cleared) on one row per blamed factor; actions below.
+    """Alerts as segments (open → cleared) on one row per blamed factor; actions above
+    them (one diamond per step boundary and status); induced incidents and rollbacks
+    (`run_marks`) on the top row and as lines across, over the whole run (0..last_step).
 
     `alert_rows`: dicts with step, end, factor, severity, text (see alerts page).
     """
@@ -228,7 +243,7 @@ def timeline_figure(
             }
         )
     for status in ("pending", "applied", "rejected"):
-        ms = [m for m in action_marks if m.level == status]
+        ms = [m for m in grouped(action_marks) if m.level == status]
         if ms:
             data.append(
                 {
@@ -244,8 +259,42 @@ def timeline_figure(
                     "hovertemplate": "%{customdata}<extra></extra>",
                 }
             )
-    yaxis = {"categoryorder": "array", "categoryarray": [*FACTORS, "actions"]}
-    return _figure(data, _layout("Alerts (by blamed factor) and actions", height, yaxis=yaxis))
+    for kind, color, symbol in (
+        ("incident", INCIDENT_COLOR, "x-thin-open"),
+        ("rollback", ROLLBACK_COLOR, "circle"),
+    ):
+        ms = grouped([m for m in run_marks if m.kind == kind])
+        if ms:
+            data.append(
+                {
+                    "type": "scatter",
+                    "x": [m.step for m in ms],
+                    "y": [EVENTS_ROW] * len(ms),
+                    "mode": "markers+text",
+                    "name": "induced incident" if kind == "incident" else "rollback",
+                    "marker": {
+                        "size": 12,
+                        "color": color,
+                        "symbol": symbol,
+                        "line": {"width": 2, "color": color},
+                    },
+                    "text": ["induced" if kind == "incident" else m.label for m in ms],
+                    "textposition": "top left" if kind == "incident" else "top right",
+                    "customdata": [m.text for m in ms],
+                    "hovertemplate": "%{customdata}<extra></extra>",
+                }
+            )
+    yaxis = {"categoryorder": "array", "categoryarray": [*FACTORS, "actions", EVENTS_ROW]}
+    xaxis = {} if last_step is None else {"range": [-0.5, last_step + 1]}
+    lines = mark_shapes(run_marks)
+    layout = _layout(
+        "Alerts (by blamed factor), actions, incidents and rollbacks",
+        height,
+        yaxis=yaxis,
+        xaxis=xaxis,
+        shapes=lines,
+    )
+    return _figure(data, layout)
 
 
 def add_vlines(fig: go.Figure, lines: Sequence[tuple[float, str, str]]) -> None:

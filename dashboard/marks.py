@@ -238,7 +238,7 @@ def rollback_marks(events: Iterable[Event]) -> list[Mark]:
             acc = (
                 "" if after is None else f"<br>held-out accuracy of the restored policy {after:.3f}"
             )
-            acc += "" if before is None else f" (was {before:.3f} at that step)"
+            acc += "" if before is None else f" (last evaluation up to that step: {before:.3f})"
             out.append(Mark(e.step + BOUNDARY, "rollback", "rollback", label, label + acc))
         else:
             text = f"rollback failed: no healthy checkpoint ({d})"

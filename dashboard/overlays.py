@@ -91,7 +91,7 @@ def _marker_trace(
     return trace
 
 
-def _grouped(marks: Sequence[Mark]) -> list[Mark]:
+def grouped(marks: Sequence[Mark]) -> list[Mark]:
     """Marks of one kind and level at the same step joined into one (labels with +)."""
     out: dict[tuple[float, str, str], Mark] = {}
     for m in marks:
@@ -123,7 +123,7 @@ def mark_traces(marks: Sequence[Mark]) -> list[Trace]:
     ms = [m for m in marks if m.kind == "critical"]
     if ms:
         traces.append(_marker_trace(ms, 0.96, "x", ALERT_COLORS["critical"], size=10))
-    actions = _grouped([m for m in marks if m.kind == "action"])
+    actions = grouped([m for m in marks if m.kind == "action"])
     labels = len(actions) <= ACTION_LABELS_MAX
     for status, color in ACTION_COLORS.items():
         idx = [i for i, m in enumerate(actions) if m.level == status]
@@ -138,7 +138,7 @@ def mark_traces(marks: Sequence[Mark]) -> list[Trace]:
         ("rollback", ROLLBACK_COLOR, "circle"),
         ("incident", INCIDENT_COLOR, "x-thin-open"),
     ):
-        ms = _grouped([m for m in marks if m.kind == kind])
+        ms = grouped([m for m in marks if m.kind == kind])
         if ms:  # a hover target on the line, halfway up
             traces.append(_marker_trace(ms, 0.5, symbol, color, size=8))
     return traces
@@ -168,7 +168,7 @@ def mark_shapes(marks: Sequence[Mark]) -> list[dict[str, Any]]:
             "line": styles[m.kind](m),
             "opacity": 0.8 if m.kind == "action" else 1.0,
         }
-        for m in _grouped([m for m in marks if m.kind in styles])
+        for m in grouped([m for m in marks if m.kind in styles])
     ]
 
 
@@ -177,7 +177,7 @@ def mark_annotations(marks: Sequence[Mark]) -> list[dict[str, Any]]:
     no width from the data): 'induced incident' left of its line, 'rolled back to step X'
     right of its line; the details on hover."""
     out = []
-    for m in _grouped([m for m in marks if m.kind in ("rollback", "incident")]):
+    for m in grouped([m for m in marks if m.kind in ("rollback", "incident")]):
         incident = m.kind == "incident"
         out.append(
             {

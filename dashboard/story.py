@@ -50,7 +50,7 @@ def story(
         elif e.kind == "rollback":
             after, before = e.detail.get("eval_acc_after"), e.detail.get("eval_acc_before")
             acc = "" if after is None else f", held-out accuracy {after:.3f}"
-            acc += "" if before is None else f" (was {before:.3f} there)"
+            acc += "" if before is None else f" (last evaluation up to it: {before:.3f})"
             add(
                 e.step + BOUNDARY,
                 2,

@@ -306,6 +306,22 @@ def test_alerts_page_shows_timeline_evidence_and_factor(runs: Path):
     assert "train_inference" in {y for t in timeline["data"] for y in t.get("y", ()) if y}
 
 
+def test_alerts_page_audits_actions_incidents_and_rollbacks(runs: Path):
+    write_remediated_run(runs, "demo")
+    at = app("alerts", run="demo")
+    no_traceback(at)
+    actions = at.dataframe[1].value
+    [clip] = actions[actions["kind"] == "set_clip"].to_dict("records")
+    assert clip["status"] == "applied" and clip["source"] == "policy"
+    assert "clipping is off: turn it on" in clip["reason"] and clip["trainer said"]
+    events = at.dataframe[2].value.to_dict("records")
+    assert [e["event"] for e in events] == ["incident", "rollback"]
+    assert events[0]["what"].startswith("induced incident at step 30: clipping switched off")
+    assert "checkpoint of step 20" in events[1]["what"]
+    timeline = figures(at)[0]
+    assert {t.get("name") for t in timeline["data"]} >= {"induced incident", "rollback"}
+
+
 def _request(at: AppTest, kind: str, **fields) -> AppTest:
     widget(at.selectbox, "Action kind").set_value(kind).run()
     for label, value in fields.items():

@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 
 from dashboard import charts
 from dashboard.downsample import bucket_columns, minmax_downsample
-from dashboard.marks import Mark, Span, action_marks
+from dashboard.marks import Mark, Span, action_marks, incident_marks, rollback_marks
 from dashboard.overlays import SPAN_COLORS
 from dashboard.settings import is_loopback, settings_from_env, write_permission
-from monitor.records import Action
+from monitor.records import Action, Event
 
 # ----------------------------------------------------------------------------- thinning
 
@@ -156,12 +156,22 @@ def test_timeline_puts_alerts_on_their_factor_row():
     acts = action_marks(
         [Action(1, "stop", {}, "r", "dashboard", None, "pending", 5, 0.0)], last_step=9
     )
-    fig = charts.timeline_figure(rows, acts)
+    events = [
+        Event(1, 2, "incident", {"note": "induced incident at step 3: clipping switched off"}),
+        Event(2, 6, "rollback", {"to_step": 0}),
+    ]
+    run_marks = [*incident_marks(events), *rollback_marks(events)]
+    fig = charts.timeline_figure(rows, acts, run_marks, last_step=9)
     markers = {t.name: t for t in fig.data if t.name}
     assert list(markers["alert: warning"].y) == ["staleness"]
     assert list(markers["alert: critical"].x) == [5]
     assert list(markers["action: pending"].x) == [9]
-    assert list(fig.layout.yaxis.categoryarray)[-1] == "actions"
+    assert list(markers["induced incident"].x) == [2.5]
+    assert list(markers["induced incident"].text) == ["induced"]
+    assert list(markers["rollback"].text) == ["rolled back to step 0"]
+    assert list(fig.layout.yaxis.categoryarray)[-2:] == ["actions", charts.EVENTS_ROW]
+    assert {s.x0 for s in fig.layout.shapes} == {2.5, 6.5}  # lines across every row
+    assert tuple(fig.layout.xaxis.range) == (-0.5, 10)  # the whole run, not only the alerts
 
 
 # ----------------------------------------------------------------------------- safety
