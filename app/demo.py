@@ -3,7 +3,10 @@
 Starts the dashboard over the runs folder (127.0.0.1), prints its URL, then trains the
 demo config (tiny Qwen3-MoE, cached cold start, vLLM rollouts in bf16 against an fp32
 training engine, MiniRL with automatic remediation) with a progress bar, so the run
-appears and grows live in the browser. When training ends the dashboard keeps serving
+appears and grows live in the browser. The config scripts an incident part-way (the
+run made stale on purpose); it is announced before training, recorded in the store as
+induced, and the monitor's alerts, the automatic actions and the rollback are printed
+as they happen and summed up at the end. When training ends the dashboard keeps serving
 until Ctrl-C (or exits at once with --no-wait). Without vLLM, `--engine torch` uses the
 PyTorch inference engine.
 """
@@ -15,8 +18,9 @@ import dataclasses
 import time
 from pathlib import Path
 
+from monitor import RunReader
 from monitor.errors import UserError
-from trainer.config import load_config
+from trainer.config import RunConfig, load_config
 
 DEMO_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "demo.yaml"
 
@@ -56,6 +60,37 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def announce(cfg: RunConfig) -> None:
+    """Say up front what the run will be put through (nothing is hidden from the viewer)."""
+    for incident in cfg.train.incidents:
+        if incident.step <= cfg.train.steps:
+            print(
+                f"scripted: {incident.describe()} (induced on purpose; remediation is "
+                f"{'on' if cfg.train.remediation else 'off'})",
+                flush=True,
+            )
+
+
+def recap(run_dir: Path) -> None:
+    """The alerts that opened an episode, every action and rollback, from the store."""
+    with RunReader(run_dir) as reader:
+        alerts = [a for a in reader.alerts() if a.severity != "info"]
+        actions, events = reader.actions(), reader.events()
+    for a in alerts[:5]:
+        print(f"  alert   step {a.step}: {a.severity} {a.detector} (blamed: {a.factor})")
+    if len(alerts) > 5:
+        print(f"  ... and {len(alerts) - 5} more alerts (Alerts page)")
+    for x in actions:
+        params = ", ".join(f"{k}={v}" for k, v in x.params.items())
+        print(f"  action  step {x.resolved_step}: {x.kind}({params}) {x.status} ({x.source})")
+    for e in events:
+        if e.kind == "rollback":
+            print(
+                f"  rollback at step {e.step} to the checkpoint of step {e.detail['to_step']}"
+                f"; held-out accuracy there {e.detail['eval_acc_after']:.3f}"
+            )
+
+
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     overrides = list(args.overrides)
@@ -84,6 +119,7 @@ def main(argv: list[str]) -> int:
             raise
         print(f"dashboard: {url}  (live run page: {url.rstrip('/')}/live)", flush=True)
     print(f"run directory: {run_dir}", flush=True)
+    announce(cfg)
 
     from trainer.run import train
 
@@ -95,6 +131,7 @@ def main(argv: list[str]) -> int:
             f"demo run {result.stopped} at step {result.last_step}: held-out accuracy "
             f"{first} -> {last}; `minirl analyze {run_dir}` takes it apart."
         )
+        recap(run_dir)
         if server is not None and not args.no_wait:
             print("the dashboard keeps serving; Ctrl-C to stop it", flush=True)
             server.wait()
