@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,6 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
-from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -39,6 +39,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
     set_optimizer_state_dict,
 )
+from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, fully_shard
 
@@ -351,8 +352,9 @@ def unshard(folder: Path) -> dict[str, Any]:
     """A sharded checkpoint's weights and AdamW state, whole, in the form the
     single-process engine saves ({"model", "optimizer"} keyed by parameter index in the
     optimiser's order): resuming a run of N ranks in one process."""
-    state: dict[str, Any] = {}
-    dcp.load(state, checkpoint_id=folder, planner=_EmptyStateDictLoadPlanner())
+    with warnings.catch_warnings():  # "no process group: loading in one process": yes
+        warnings.simplefilter("ignore", UserWarning)
+        state = _load_state_dict_from_keys(checkpoint_id=folder)
     groups = state["optim"]["param_groups"]
     index = {fqn: i for i, fqn in enumerate(f for g in groups for f in g["params"])}
     return {
