@@ -120,5 +120,5 @@ def _pearson(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     xc, yc = x - x.mean(), y - y.mean()
     den = torch.sqrt((xc**2).sum() * (yc**2).sum())
     if den == 0:
-        return torch.tensor(math.nan, dtype=x.dtype)
+        return torch.tensor(math.nan, dtype=x.dtype, device=x.device)
     return torch.clamp((xc * yc).sum() / den, -1.0, 1.0)

@@ -13,10 +13,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import torch
-
 from monitor.errors import UserError
-from trainer.checkpoints import list_checkpoints, load_checkpoint
+from trainer.checkpoints import list_checkpoints, load_checkpoint, restore_rng
 from trainer.controls import Controls, Rejected, Request, apply_action
 from trainer.evaluate import evaluate
 from trainer.incidents import SET_ROLLOUT_QUANT, Incident, apply_rollout_quant
@@ -95,7 +93,7 @@ def rollback(run: RunState, request: Request) -> None:
         return
     payload = load_checkpoint(ckpts[target])
     run.policy.load_state_dict(payload["policy"])
-    torch.set_rng_state(payload["torch_rng"])
+    restore_rng(payload)
     run.pos = int(payload.get("pos", target))
     run.set_lr(next_step=False)
     run.engine.update_weights(run.policy.model)

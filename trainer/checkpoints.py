@@ -78,6 +78,8 @@ def save_checkpoint(
         "controls": _controls_to_data(controls),
         "torch_rng": torch.get_rng_state(),
     }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        payload["cuda_rng"] = torch.cuda.get_rng_state_all()  # one state per CUDA device
     torch.save(payload, tmp)
     os.replace(tmp, path)
     existing = list_checkpoints(run_dir)
@@ -88,10 +90,13 @@ def save_checkpoint(
     return path
 
 
-def load_checkpoint(path: Path) -> dict[str, Any]:
-    """The payload of a checkpoint file (weights_only), or a UserError saying what is wrong."""
+def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """The payload of a checkpoint file (weights_only), or a UserError saying what is wrong.
+
+    Loaded onto the CPU by default: RNG states must be CPU tensors, and load_state_dict
+    copies weights and AdamW state onto the engine's device (one copy there, not two)."""
     try:
-        payload = torch.load(path, weights_only=True, map_location="cpu")
+        payload = torch.load(path, weights_only=True, map_location=map_location)
     except FileNotFoundError:
         raise UserError(f"checkpoint {path}: no such file") from None
     except Exception as err:  # unpickling errors have many types; all mean "not loadable"
@@ -112,6 +117,15 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
 
             payload["policy"] = {**unshard(shards), "lr_scale": policy["lr_scale"]}
     return payload
+
+
+def restore_rng(payload: dict[str, Any]) -> None:
+    """Set torch's global RNG (and each CUDA device's, if the checkpoint has them and the
+    device exists here) to the checkpoint's."""
+    torch.set_rng_state(payload["torch_rng"].cpu())
+    if "cuda_rng" in payload and torch.cuda.is_available():
+        for index, state in enumerate(payload["cuda_rng"][: torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(state.cpu(), index)
 
 
 def controls_from_data(data: dict[str, Any]) -> Controls:

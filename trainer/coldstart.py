@@ -27,6 +27,7 @@ import torch
 
 from monitor.errors import UserError
 from monitor.typed_config import check, config_hash
+from trainer.engines.device import module_device, resolve_device
 from trainer.evaluate import EvalConfig, decode_responses, encode_prompts, evaluate, generate
 from trainer.models import ModelConfig, build_tiny_checkpoint, load_policy
 from trainer.tasks import Example, Task, TaskConfig, make_task
@@ -124,21 +125,24 @@ def lr_at(cfg: ColdStartConfig, step: int) -> float:
     return cfg.lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def sft_batch(tokenizer: Any, examples: list[Example]) -> dict[str, torch.Tensor]:
-    """input_ids, attention_mask and labels [B, S], right-padded; labels are -100 on the
-    prompt and padding, so the loss covers target tokens and the closing EOS only."""
+def sft_batch(
+    tokenizer: Any, examples: list[Example], device: torch.device | None = None
+) -> dict[str, torch.Tensor]:
+    """input_ids, attention_mask and labels [B, S] on `device`, right-padded; labels are
+    -100 on the prompt and padding, so the loss covers target tokens and the closing EOS."""
     prompts = encode_prompts(tokenizer, [ex.prompt for ex in examples])
     eos = tokenizer.eos_token_id
     targets = [
         tokenizer(ex.target, add_special_tokens=False)["input_ids"] + [eos] for ex in examples
     ]
     width = max(len(p) + len(t) for p, t in zip(prompts, targets, strict=True))
-    ids = torch.full((len(examples), width), tokenizer.pad_token_id, dtype=torch.long)
-    labels = torch.full((len(examples), width), -100, dtype=torch.long)
-    attn = torch.zeros((len(examples), width), dtype=torch.long)
+    shape, kw = (len(examples), width), {"dtype": torch.long, "device": device}
+    ids = torch.full(shape, tokenizer.pad_token_id, **kw)
+    labels = torch.full(shape, -100, **kw)
+    attn = torch.zeros(shape, **kw)
     for i, (p, t) in enumerate(zip(prompts, targets, strict=True)):
-        ids[i, : len(p) + len(t)] = torch.tensor(p + t)
-        labels[i, len(p) : len(p) + len(t)] = torch.tensor(t)
+        ids[i, : len(p) + len(t)] = torch.tensor(p + t, device=device)
+        labels[i, len(p) : len(p) + len(t)] = torch.tensor(t, device=device)
         attn[i, : len(p) + len(t)] = 1
     return {"input_ids": ids, "attention_mask": attn, "labels": labels}
 
@@ -199,8 +203,9 @@ def check_accuracy(
 def train_sft(
     model: torch.nn.Module, tokenizer: Any, task: Task, cfg: ColdStartConfig, progress: bool = True
 ) -> SFTResult:
-    """SFT `model` in place for cfg.steps steps, or until its sampled accuracy on
-    cfg.check_prompts train-split prompts reaches cfg.stop_at_sampled_acc."""
+    """SFT `model` in place (on its device) for cfg.steps steps, or until its sampled
+    accuracy on cfg.check_prompts train-split prompts reaches cfg.stop_at_sampled_acc."""
+    device = module_device(model)
     opt = torch.optim.AdamW(
         model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay
     )
@@ -217,7 +222,7 @@ def train_sft(
         for group in opt.param_groups:
             group["lr"] = lr
         examples = task.sample_train(cfg.batch_size, seed=f"coldstart:{cfg.seed}:{step}")
-        loss = model(**sft_batch(tokenizer, examples)).loss  # token-mean CE over targets
+        loss = model(**sft_batch(tokenizer, examples, device)).loss  # token-mean CE, targets
         if not torch.isfinite(loss):
             raise RuntimeError(f"cold start: non-finite loss at step {step}")
         opt.zero_grad(set_to_none=True)
@@ -244,8 +249,10 @@ def cold_start(
     *,
     eval_cfg: EvalConfig | None = None,
     progress: bool = True,
+    device: str = "auto",
 ) -> ColdStart:
-    """The checkpoint RL starts from: from the cache if present, else built and trained now.
+    """The checkpoint RL starts from: from the cache if present, else built and trained now
+    on `device` (an engine.device value; the cache does not depend on it).
 
     A cache entry appears atomically (trained in a temporary directory, then renamed),
     so an interrupted or concurrent cold start never leaves a half-written checkpoint.
@@ -262,7 +269,8 @@ def cold_start(
     tmp = root / f".tmp-{final.name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        metrics = _train_into(tmp, model_cfg, task_cfg, cfg, eval_cfg or EvalConfig(), progress)
+        eval_cfg = eval_cfg or EvalConfig()
+        metrics = _train_into(tmp, model_cfg, task_cfg, cfg, eval_cfg, progress, device)
         meta = {
             "version": COLDSTART_VERSION,
             "metrics": metrics,
@@ -288,11 +296,12 @@ def _train_into(
     cfg: ColdStartConfig,
     eval_cfg: EvalConfig,
     progress: bool,
+    device: str,
 ) -> dict[str, float]:
     t0 = time.monotonic()
     task = make_task(task_cfg)
-    build_tiny_checkpoint(model_cfg, out)
-    model, tokenizer = load_policy(out, torch.float32)
+    build_tiny_checkpoint(model_cfg, out)  # on the CPU: the same initial weights everywhere
+    model, tokenizer = load_policy(out, torch.float32, resolve_device(device))
     _check_alphabet(tokenizer, task)
     sft = SFTResult(0.0, 0, None)
     if cfg.enabled and cfg.steps > 0:

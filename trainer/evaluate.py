@@ -21,6 +21,7 @@ from torch import nn
 from monitor.typed_config import check
 from trainer.engines.base import InferenceEngine, Rollout, SamplingParams
 from trainer.engines.decode import decode
+from trainer.engines.device import module_device
 from trainer.tasks import Example, Task
 
 
@@ -109,12 +110,13 @@ def generate(
 ) -> list[list[int]]:
     """n responses per prompt (prompt-major), each a token list ending at its EOS (kept)
     or at max_new_tokens, decoded by the inference engine's own loop (`decode`) in
-    batches of `batch_size` rows; a prompt's responses do not depend on its batch."""
+    batches of `batch_size` rows on the model's device; a prompt's responses do not depend
+    on its batch."""
     rows = [list(p) for p in prompts for _ in range(n)]
     params = SamplingParams(
         n=1, max_new_tokens=max_new_tokens, temperature=0.0 if greedy else temperature
     )
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator(device=module_device(model)).manual_seed(seed)
     was_training = model.training
     model.eval()
     out: list[list[int]] = []

@@ -31,6 +31,7 @@ from trainer.checkpoints import (
     controls_from_data,
     list_checkpoints,
     load_checkpoint,
+    restore_rng,
     save_checkpoint,
 )
 from trainer.coldstart import ColdStart, cold_start
@@ -87,7 +88,14 @@ def train(
         torch.set_num_threads(cfg.threads)
 
     # ---- cold start (cached), task, training engine; a resume restores its checkpoint ----
-    start = cold_start(cfg.model, cfg.task, cfg.cold_start, eval_cfg=cfg.eval, progress=progress)
+    start = cold_start(
+        cfg.model,
+        cfg.task,
+        cfg.cold_start,
+        eval_cfg=cfg.eval,
+        progress=progress,
+        device=cfg.engine.device,
+    )
     task = make_task(cfg.task)
     policy = make_training_engine(start.path, cfg.engine, cfg.optim)
     controls = Controls(cfg.loss, cfg.train.mini_batches, cfg.train.routing_replay)
@@ -216,7 +224,7 @@ def _resume_from_checkpoint(run_dir: Path, policy: TrainingEngine) -> tuple[int,
     last = max(ckpts)
     payload = load_checkpoint(ckpts[last])
     policy.load_state_dict(payload["policy"])
-    torch.set_rng_state(payload["torch_rng"])
+    restore_rng(payload)
     return last, int(payload.get("pos", last)), controls_from_data(payload["controls"])
 
 

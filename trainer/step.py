@@ -92,14 +92,16 @@ def rl_step(
     # ---- 1. rollout from μ_old: tokens, log μ_old(y_t), routing e^μ ----------------------
     with _timed(perf, "perf/rollout_s"):
         prompts = encode_prompts(tok, [ex.prompt for ex in examples])
-        rollout = engine.generate(prompts, sampling, seed)
+        rollout = engine.generate(prompts, sampling, seed).to(policy.device)
     _check_rollout(rollout, len(examples) * n)
 
     # ---- 2. reward: the verifier on each response's text -----------------------------------
     texts = response_texts(tok, rollout)
     answers = [examples[i // n].answer for i in range(len(texts))]
     rewards = torch.tensor(
-        [task.reward(t, a) for t, a in zip(texts, answers, strict=True)], dtype=torch.float32
+        [task.reward(t, a) for t, a in zip(texts, answers, strict=True)],
+        dtype=torch.float32,
+        device=policy.device,
     )  # [B]
 
     # ---- 3. advantages: Â = R − mean_group(R) (eq. 7; no std division by default) --------

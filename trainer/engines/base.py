@@ -9,6 +9,7 @@ out the way a training engine consumes it. This module holds data and protocols 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -41,6 +42,8 @@ class Rollout:
     `input_ids[b, :j]`; `routing[b, j]` are the experts chosen while processing token
     `input_ids[b, j]` (the forward that predicts token j+1). So the last response token
     of a row has no routing (it was never fed back): it is -1 there, as on padding.
+    An engine returns it on a device of its choosing; the RL step moves it to the
+    training engine's (`to`).
     """
 
     input_ids: torch.Tensor  # [B, S] long, prompt then response, right-padded with pad_id
@@ -56,6 +59,13 @@ class Rollout:
 
     def response_lengths(self) -> torch.Tensor:
         return self.response_mask.sum(dim=1)
+
+    def to(self, device: torch.device) -> Rollout:
+        """The same rollout on `device` (itself if it is there already)."""
+        if self.input_ids.device == device:
+            return self
+        tensors = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return Rollout(**{k: None if t is None else t.to(device) for k, t in tensors.items()})
 
 
 class WeightSyncError(RuntimeError):
@@ -91,6 +101,9 @@ class TrainingEngine(Protocol):
     gathers `model` and `state_dict` (on the rank that syncs and checkpoints)."""
 
     tokenizer: Any
+    device: torch.device
+    """Where `forward_logprobs` wants its inputs (and returns its outputs); the RL step
+    moves each rollout there (engine.device, resolved)."""
     model: nn.Module
     """The whole policy as one transformers module: the inference engine loads its
     weights (`InferenceEngine.update_weights`) and π's own evaluation samples it."""

