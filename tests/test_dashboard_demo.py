@@ -14,8 +14,9 @@ applied (in the story and as a marker on the charts). Then Ctrl-C ends the demo,
 terminal output announced the incident and sums up the actions.
 
 `MINIRL_FULL_DEMO=1` also runs the full demo (vLLM, 70 steps, ~2-5 min) and, with
-`MINIRL_DEMO_SCREENSHOTS=DIR`, saves the Live and Alerts pages at the end of it to DIR
-(bench/results/demo_*.png are made so).
+`MINIRL_DEMO_SCREENSHOTS=DIR`, saves the Live page once the loop is on it (the run still
+live) and at the end, and the Alerts page at the end, to DIR (bench/results/demo_*.png
+are made so).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from bench.browser import chromium_available, chromium_page, page_text, wait_unt
 from dashboard.settings import ENV_REFRESH_S
 
 ROOT = Path(__file__).resolve().parents[1]
-T0 = time.monotonic()
+T0 = time.monotonic()  # progress lines (pytest -s) count from here
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.skipif(
@@ -129,6 +130,8 @@ def watch_loop(proc, runs: Path, log: Path, timeout_s: float, shots: Path | None
         print(f"{time.monotonic() - T0:.0f} s: loop seen {seen}", flush=True)
         assert seen is not None, page_text(page)[-3000:]
         if shots is not None:
+            time.sleep(6)  # the charts' fragment redraws after the header's
+            page.screenshot(path=str(shots / "demo_live_during.png"))
             wait_until(page, "() => document.body.innerText.includes('○ finished')", 600)
             time.sleep(6)  # the charts' fragment redraws after the header's
             page.screenshot(path=str(shots / "demo_live.png"))
