@@ -195,3 +195,16 @@ def test_root_cause_is_the_killed_rank_or_the_first_error(tmp_path):
     killed = {0: _Failure(-signal.SIGTERM), 1: _Failure(-signal.SIGKILL)}
     assert root_cause(killed, tmp_path)[0] == "rank 1 was killed by SIGKILL"
     assert root_cause({0: _Failure(1)}, tmp_path / "none") == (None, "")
+
+
+@pytest.mark.vllm
+def test_two_ranks_with_vllm_on_rank_0(tiny_config, tmp_path):
+    """vLLM starts (and closes) its own 1-process torch.distributed group on rank 0 while
+    the job's group of 2 lives on: both ranks train, every weight sync is verified."""
+    cfg = tiny_config(engine={"inference": "vllm"}, train={"steps": 2}, eval={"every": 0})
+    run_dir = tmp_path / "vllm"
+    code, err = _finish(_launch(_write_config(cfg, tmp_path / "tiny.yaml"), run_dir))
+    assert code == 0, err
+    assert list(_values(run_dir, "perf/sync_s")) == [1, 2]
+    assert list(_values(run_dir, "optim/grad_norm")) == [1, 2]
+    assert RunReader(run_dir).status() == "finished"
