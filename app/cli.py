@@ -14,13 +14,14 @@ import importlib.util
 import sys
 
 # name -> (module, one-line help); the module is imported only when its command runs.
-# analyze, export, import, dashboard and prometheus-rules must not import torch.
+# analyze, export, repair, import, dashboard and prometheus-rules must not import torch.
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("app.demo", "short live training run plus the dashboard"),
     "train": ("trainer.train", "run training from a YAML config"),
     "dashboard": ("dashboard.serve", "serve the Streamlit dashboard over a folder of runs"),
     "analyze": ("monitor.analyze_cli", "post-hoc analysis of a run (collapse onset, precursors)"),
     "export": ("monitor.export_cli", "every recorded scalar as step,name,value rows"),
+    "repair": ("monitor.repair_cli", "salvage a damaged run store into a new run"),
     "import": ("monitor.import_cli", "import a foreign log (JSONL, CSV, TensorBoard) as a run"),
     "watch": ("monitor.watch.cli", "follow a live TensorBoard/JSONL/MLflow/W&B log as a run"),
     "prometheus-rules": ("monitor.rules_cli", "print the Prometheus alert rules (YAML)"),

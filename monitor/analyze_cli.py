@@ -49,6 +49,28 @@ def _text(a) -> str:  # a: Analysis
     return "\n".join(lines)
 
 
+def _analyze_salvaged(run: Path, metric: str | None, err):  # -> Analysis
+    """The analysis of what SQLite can still read of a damaged store (a salvaged copy,
+    monitor/salvage.py), with a first note saying what was unreadable and lost."""
+    from monitor.analyze import analyze_run
+    from monitor.salvage import salvaged
+
+    try:
+        with salvaged(err.path) as (copy, report):
+            analysis = analyze_run(str(copy), outcome=metric)
+    except UserError:
+        raise err from None
+    analysis.run = str(run)
+    note = (
+        f"store damaged: {err.part} unreadable ({err.why}); analysed what SQLite could "
+        f"still read ({report.method}; {report.summary()}); `minirl repair {run}` keeps "
+        "a repaired copy"
+    )
+    analysis.notes.insert(0, note)
+    print(f"minirl analyze: warning: {note}", file=sys.stderr)
+    return analysis
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="minirl analyze",
@@ -63,8 +85,12 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
 
     from monitor.analyze import analyze_run
+    from monitor.damage import StoreDamaged
 
-    analysis = analyze_run(str(args.run), outcome=args.metric)
+    try:
+        analysis = analyze_run(str(args.run), outcome=args.metric)
+    except StoreDamaged as err:
+        analysis = _analyze_salvaged(args.run, args.metric, err)
     if args.html:
         from monitor.analyze_report import render_html
 

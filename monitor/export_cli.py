@@ -17,10 +17,11 @@ import json
 import math
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TextIO
 
+from monitor.damage import StoreDamaged
 from monitor.errors import UserError
 from monitor.reader import RunReader
 
@@ -47,6 +48,38 @@ def write_rows(rows: Iterable[tuple[int, str, float]], fmt: str, out: TextIO) ->
     return n
 
 
+def _rows(run: Path, start: int | None, end: int | None) -> Iterator[tuple[int, str, float]]:
+    """The store's rows. If a damaged part stops them, the rest come from a salvaged copy
+    (monitor/salvage.py), after the last row already written, with one warning saying
+    what was unreadable and lost."""
+    last: tuple[int, str] | None = None
+    try:
+        with RunReader(run) as reader, contextlib.closing(reader.rows(start, end)) as rows:
+            for row in rows:
+                last = row[:2]
+                yield row
+        return
+    except StoreDamaged as err:
+        damage = err
+    from monitor.salvage import salvaged
+
+    try:
+        with salvaged(damage.path) as (copy, report), RunReader(copy) as reader:
+            print(
+                f"minirl export: warning: {damage.part} of {damage.path} unreadable "
+                f"({damage.why}); exporting what SQLite can still read ({report.method}; "
+                f"{report.summary()}); `minirl repair {run}` keeps a repaired copy",
+                file=sys.stderr,
+            )
+            first = start if last is None else last[0]
+            with contextlib.closing(reader.rows(first, end)) as rows:
+                for row in rows:
+                    if last is None or row[:2] > last:
+                        yield row
+    except StoreDamaged:
+        raise damage from None
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="minirl export", description=__doc__.split("\n\n")[0])
     p.add_argument("run", type=Path, help="run directory (or its store.sqlite)")
@@ -65,10 +98,7 @@ def main(argv: list[str]) -> int:
         fmt = {"csv": "csv", "jsonl": "jsonl", "json": "jsonl"}.get(suffix)
     if fmt is None:
         raise UserError("say --format csv or --format jsonl (or give --out FILE.csv / FILE.jsonl)")
-    with (
-        RunReader(args.run) as reader,
-        contextlib.closing(reader.rows(args.start, args.end)) as rows,
-    ):
+    with contextlib.closing(_rows(args.run, args.start, args.end)) as rows:
         if args.out is None:
             try:
                 write_rows(rows, fmt, sys.stdout)

@@ -21,6 +21,7 @@ from typing import Any, Literal
 import numpy as np
 
 from monitor import schema
+from monitor.damage import reading, reads
 from monitor.errors import UserError
 from monitor.histograms import QUANTILES
 from monitor.records import (
@@ -34,38 +35,17 @@ from monitor.records import (
     severity_rank,
 )
 from monitor.schema import SCHEMA_VERSION, STORE_FILE, store_path
+from monitor.thinning import thin
 
 _QCOLS = tuple(QUANTILES)
-
-
-def _thin(
-    steps: np.ndarray, values: np.ndarray, every: int | None, agg: str
-) -> tuple[np.ndarray, np.ndarray]:
-    """Every `every`-th step ('sample') or per-bucket mean/min/max ignoring NaN."""
-    if every is None or every == 1 or steps.size == 0:
-        return steps, values
-    if agg == "sample":
-        keep = steps % every == 0
-        return steps[keep], values[keep]
-    buckets = (steps // every) * every
-    first = np.flatnonzero(np.r_[True, buckets[1:] != buckets[:-1]])
-    finite_or_inf = ~np.isnan(values)
-    if agg == "mean":
-        sums = np.add.reduceat(np.where(finite_or_inf, values, 0.0), first)
-        counts = np.add.reduceat(finite_or_inf.astype(np.int64), first)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            reduced = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
-    else:
-        reduced = (np.fmax if agg == "max" else np.fmin).reduceat(values, first)
-    return buckets[first], reduced
 
 
 class RunReader:
     """Read-only view of a run store, safe while the trainer writes.
 
     Every method reads the current state (a live run grows between calls). Open with a
-    run directory or the store file itself; a missing, corrupt or foreign file raises
-    UserError with a one-line reason.
+    run directory or the store file itself; a missing or foreign file raises UserError
+    with a one-line reason, a damaged part `StoreDamaged` naming it (damage.py).
     """
 
     def __init__(self, run: str | os.PathLike[str], busy_timeout_s: float = 10.0) -> None:
@@ -103,19 +83,23 @@ class RunReader:
         if self._conn.in_transaction:
             yield
             return
-        self._conn.execute("BEGIN")
+        with reading(self.path, "the store"):
+            self._conn.execute("BEGIN")
         try:
             yield
-        finally:
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):  # the first error is the one to report
+                self._conn.execute("ROLLBACK")
+            raise
+        with reading(self.path, "the store"):
             self._conn.execute("COMMIT")
 
     def _q(self, sql: str, args: Sequence[Any] = ()) -> list[tuple]:
-        try:
-            return self._conn.execute(sql, args).fetchall()
-        except sqlite3.DatabaseError as err:
-            raise schema._not_a_store(self.path, str(err)) from None
+        """Rows of a query; the public method around it names the part that is damaged."""
+        return self._conn.execute(sql, args).fetchall()
 
     # -- who and how
+    @reads("meta (run id, config, controls)")
     def meta(self) -> RunMeta:
         """Run id, creation time, schema version, resolved config and current controls."""
         kv = dict(self._q("SELECT key, value FROM meta"))
@@ -129,9 +113,11 @@ class RunReader:
             source=json.loads(kv["source"]) if "source" in kv else None,
         )
 
+    @reads("steps")
     def last_step(self) -> int | None:
         return self._q("SELECT max(step) FROM steps")[0][0]
 
+    @reads("steps and events")
     def last_write(self) -> float | None:
         """Unix time of the last heartbeat (step row or event)."""
         a = self._q("SELECT time FROM steps ORDER BY step DESC LIMIT 1")
@@ -139,6 +125,7 @@ class RunReader:
         times = [t for t in ((a[0][0] if a else None), b) if t is not None]
         return max(times) if times else None
 
+    @reads("events")
     def status(self, stale_after_s: float = 120.0, now: float | None = None) -> RunStatus:
         """finished (closed or stopped), crashed (crash event, or silent for
         `stale_after_s` without closing), else live."""
@@ -158,11 +145,13 @@ class RunReader:
         return "live"
 
     # -- series
+    @reads("metric names")
     def metric_names(self, kind: Literal["scalar", "histogram"] = "scalar") -> list[str]:
         return [
             r[0] for r in self._q("SELECT name FROM metrics WHERE kind = ? ORDER BY name", (kind,))
         ]
 
+    @reads("steps")
     def steps(self) -> np.ndarray:
         """Every logged step, ascending (int64)."""
         return np.array(
@@ -177,6 +166,7 @@ class RunReader:
             sql, args = sql + " AND step <= ?", [*args, int(end)]
         return sql, args
 
+    @reads("scalars")
     def scalars(
         self,
         names: str | Iterable[str],
@@ -205,8 +195,9 @@ class RunReader:
             ids = dict(self._q("SELECT name, id FROM metrics WHERE kind = 'scalar'"))
             done = int(self._q("SELECT value FROM meta WHERE key = 'compacted_upto'")[0][0])
             for name in names:
-                steps, values = self._series(ids.get(name), done, lo, hi)
-                out[name] = _thin(steps, values, every, agg)
+                with reading(self.path, f"the series of {name!r:.80}"):
+                    steps, values = self._series(ids.get(name), done, lo, hi)
+                out[name] = thin(steps, values, every, agg)
         return out
 
     def _series(
@@ -250,13 +241,11 @@ class RunReader:
             "SELECT s.step, m.name, s.value FROM scalars s JOIN metrics m ON m.id = s.metric_id"
             f" WHERE 1 = 1{rng.replace('step', 's.step')} ORDER BY s.step, m.name"
         )
-        with self.snapshot():
-            try:
-                for step, name, value in self._conn.execute(sql, args):
-                    yield step, name, schema._f(value)
-            except sqlite3.DatabaseError as err:
-                raise schema._not_a_store(self.path, str(err)) from None
+        with self.snapshot(), reading(self.path, "scalars"):
+            for step, name, value in self._conn.execute(sql, args):
+                yield step, name, schema._f(value)
 
+    @reads("distributions")
     def histograms(
         self, name: str, start: int | None = None, end: int | None = None, every: int | None = None
     ) -> Histograms:
@@ -296,6 +285,7 @@ class RunReader:
         )
 
     # -- records
+    @reads("alerts")
     def alerts(
         self,
         start: int | None = None,
@@ -307,24 +297,24 @@ class RunReader:
         rng, args = self._range(start, end)
         where = rng + (" AND cleared_step IS NULL" if open_only else "")
         rank = severity_rank(min_severity)
-        try:
-            found = schema._alerts(self._conn, where, args)
-        except sqlite3.DatabaseError as err:
-            raise schema._not_a_store(self.path, str(err)) from None
+        found = schema._alerts(self._conn, where, args)
         return [a for a in found if severity_rank(a.severity) >= rank]
 
+    @reads("actions")
     def actions(self, status: str | None = None) -> list[Action]:
         """Remediation actions (automatic and requested), oldest first."""
         if status is None:
             return schema._actions(self._conn, "", ())
         return schema._actions(self._conn, "WHERE status = ?", (status,))
 
+    @reads("events")
     def events(self, kind: str | None = None) -> list[Event]:
         """Run events (start, resume, checkpoint, rollback, truncate, crash, close...)."""
         where, args = ("WHERE kind = ?", (kind,)) if kind else ("", ())
         rows = self._q(f"SELECT id, step, kind, detail, time FROM events {where} ORDER BY id", args)
         return [Event(r[0], r[1], r[2], json.loads(r[3]), r[4]) for r in rows]
 
+    @reads("the run summary")
     def summary(
         self, stale_after_s: float = 120.0, collapse_detectors: Iterable[str] | None = None
     ) -> RunSummary:

@@ -195,7 +195,11 @@ def _check_identity(conn: sqlite3.Connection, path: Path) -> int:
         row = None
         if "meta" in tables:
             row = conn.execute("SELECT value FROM meta WHERE key = 'app'").fetchone()
-    except sqlite3.DatabaseError as err:
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as err:
+        if "malformed" in str(err) or isinstance(err, UnicodeDecodeError):  # damaged pages
+            from monitor.damage import StoreDamaged
+
+            raise StoreDamaged(path, "the table list", str(err)) from None
         raise _not_a_store(path, str(err)) from None
     if row is None or row[0] != APP_ID:
         raise _not_a_store(path, "no minirl metadata: a SQLite database of something else")
