@@ -26,8 +26,9 @@ from trainer.distributed import ENV_ERRORS
 _QUIET = ("torch.distributed.run", "torch.distributed.elastic", "torch.distributed.launcher")
 
 
-def launch(argv: list[str], nproc: int) -> int:
-    """Run `minirl train argv` on `nproc` local ranks; the job's exit code."""
+def launch(command: list[str], nproc: int) -> int:
+    """Run `minirl *command` (e.g. ["train", CONFIG, ...]) on `nproc` local ranks; the
+    job's exit code."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import get_args_parser, run
 
@@ -35,7 +36,7 @@ def launch(argv: list[str], nproc: int) -> int:
         args = get_args_parser().parse_args(
             ["--standalone", f"--nproc-per-node={nproc}", "--max-restarts=0", "-m", "app.cli"]
         )
-        args.training_script_args = ["train", *argv]  # not parsed: no option clash
+        args.training_script_args = list(command)  # not parsed: no option clash
         os.environ[ENV_ERRORS] = errors
         try:
             run(args)

@@ -57,7 +57,7 @@ def main(argv: list[str]) -> int:
     if args.nproc > 1:
         from trainer.launch import launch
 
-        return launch(argv, args.nproc)
+        return launch(["train", *argv], args.nproc)
     return _main(args)
 
 

@@ -23,8 +23,8 @@ Checkpoints go through torch.distributed.checkpoint: every rank writes its shard
 from __future__ import annotations
 
 import math
+import resource
 import shutil
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -39,12 +39,12 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
     set_optimizer_state_dict,
 )
-from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, fully_shard
 
 from trainer import distributed as ranks
 from trainer.engines.config import EngineConfig, OptimConfig
+from trainer.engines.reshard import full_fqn_state
 from trainer.engines.training import TorchTrainingEngine
 from trainer.models import load_policy
 
@@ -160,17 +160,10 @@ class ShardedPolicy(TorchTrainingEngine):
         self.set_lr_scale(lr_scale)
         self._graph = None
 
-    def memory(self) -> dict[str, int] | None:
-        """Bytes this rank holds of the weights and AdamW state; per rank on rank 0."""
-        local = {
-            "params": sum(_local(p).nbytes for p in self.model.parameters()),
-            "optimizer": sum(
-                _local(v).nbytes
-                for s in self.optimizer.state.values()
-                for v in s.values()
-                if isinstance(v, torch.Tensor)
-            ),
-        }
+    def memory(self) -> list[dict[str, int]] | None:
+        """Bytes of weights and AdamW state this rank holds, and its peak RSS; the list
+        of every rank's on rank 0."""
+        local = memory_of(self.model, self.optimizer)
         out: list[Any] | None = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
         dist.gather_object(local, out, dst=0)
         return out
@@ -304,7 +297,7 @@ class FSDPTrainingEngine:
             self._run("load_shards", str(state["shards"]), scale)
             self.shard.load_shards(str(state["shards"]), scale)
         else:
-            full = _fqn_state(self._mirror, state, self.optim)
+            full = full_fqn_state(self._mirror, state, self.optim)
             self._run("load_full", scale)
             self.shard.load_full(scale, full)
         self._leaf, self._stale = None, True
@@ -335,34 +328,14 @@ class ShardedState:
         self.engine.shard.save_shards(str(folder))
 
 
-def _fqn_state(mirror: nn.Module, state: dict, optim: OptimConfig) -> tuple[dict, dict]:
-    """A single-process state dict ({"model", "optimizer"} as torch saves them) as full
-    FQN-keyed model and optimiser state, through a scratch AdamW on the unsharded copy."""
-    mirror.load_state_dict(state["model"])
-    scratch = torch.optim.AdamW(mirror.parameters(), lr=optim.lr)
-    scratch.load_state_dict(state["optimizer"])
-    options = StateDictOptions(full_state_dict=True)
-    return (
-        get_model_state_dict(mirror, options=options),
-        get_optimizer_state_dict(mirror, scratch, options=options),
-    )
-
-
-def unshard(folder: Path) -> dict[str, Any]:
-    """A sharded checkpoint's weights and AdamW state, whole, in the form the
-    single-process engine saves ({"model", "optimizer"} keyed by parameter index in the
-    optimiser's order): resuming a run of N ranks in one process."""
-    with warnings.catch_warnings():  # "no process group: loading in one process": yes
-        warnings.simplefilter("ignore", UserWarning)
-        state = _load_state_dict_from_keys(checkpoint_id=folder)
-    groups = state["optim"]["param_groups"]
-    index = {fqn: i for i, fqn in enumerate(f for g in groups for f in g["params"])}
+def memory_of(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, int]:
+    """Bytes of `model`'s parameters and `optimizer`'s state in this process (its shards
+    only, if sharded), and the process's peak resident memory."""
+    states = [v for s in optimizer.state.values() for v in s.values()]
     return {
-        "model": state["model"],
-        "optimizer": {
-            "state": {index[fqn]: s for fqn, s in state["optim"]["state"].items()},
-            "param_groups": [{**g, "params": [index[f] for f in g["params"]]} for g in groups],
-        },
+        "params": sum(_local(p).nbytes for p in model.parameters()),
+        "optimizer": sum(_local(v).nbytes for v in states if isinstance(v, torch.Tensor)),
+        "max_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
     }
 
 
