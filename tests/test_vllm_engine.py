@@ -186,7 +186,7 @@ def test_raw_vllm_reload_still_corrupts_moe_experts(engine, ckpt):
     _perturb(trainer.model, 0.05, seed=2)
     tensors = vllm_weights.checkpoint_tensors(trainer.model)
     ref = vllm_weights.reference_logprobs(trainer.model, engine.probe)
-    vllm_weights.reload(engine.worker, engine.model, tensors, repack=False)
+    vllm_weights.reload(engine.llm, engine.model, tensors, repack=False)
     raw = torch.stack(engine.sequence_logprobs(engine.probe))
     assert float((raw - ref).abs().max()) > 1e-3
     assert vllm_weights.repack_cpu_moe_experts(engine.model) == 2

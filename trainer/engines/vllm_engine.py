@@ -11,10 +11,12 @@ and layer in the layout the training engine replays (R3, MiniRL arXiv 2512.01374
 - on CPU through vLLM's router capture point (`vllm_routing.py`), because the official
   `enable_return_routed_experts` needs Model Runner V2, which has no CPU backend;
 - on GPU through `enable_return_routed_experts` (`CompletionOutput.routed_experts`,
-  [seq_len, L, k]). That path is written but cannot be tested on this machine.
+  [seq_len, L, k]): what differs on a GPU is in `vllm_gpu.py`, the one part this
+  project's CPU CI cannot run (tests/test_gpu.py runs it where there is a GPU).
 
-`update_weights` syncs the training model in place and verifies the sync on a probe
-batch (`vllm_weights.py`); a failed check raises `WeightSyncError`.
+`update_weights` syncs the training model in place through vLLM's
+`collective_rpc("reload_weights")` and verifies the sync on a probe batch
+(`vllm_weights.py`); a failed check raises `WeightSyncError`.
 
 Suited to a 2-core machine: in-process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`,
 executor "uni": start ≈ 3 s, no worker process), eager mode, a sized KV cache, prefix
@@ -45,7 +47,7 @@ import torch
 from torch import nn
 
 from monitor.errors import UserError
-from trainer.engines import vllm_weights
+from trainer.engines import vllm_gpu, vllm_weights
 from trainer.engines.base import Rollout, SamplingParams
 from trainer.engines.config import EngineConfig
 from trainer.engines.vllm_routing import RoutingCapture
@@ -83,12 +85,14 @@ def _kept_process_state() -> Iterator[None]:
 
     environ = dict(os.environ)  # it sets LD_PRELOAD, LD_LIBRARY_PATH, TORCHINDUCTOR_* ...
     set_num_threads, threads = torch.set_num_threads, torch.get_num_threads()
-    rng = (random.getstate(), np.random.get_state(), torch.get_rng_state())
+    rng = (random.getstate(), np.random.get_state())
+    cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
     # even a disabled tqdm bar (vLLM's weight loading) starts tqdm's monitor thread,
     # which then outlives the engine; interval 0 starts none
     interval, tqdm.tqdm.monitor_interval = tqdm.tqdm.monitor_interval, 0
     try:
-        yield
+        with torch.random.fork_rng(devices=cuda):  # torch's RNG and every GPU's
+            yield
     finally:
         os.environ.clear()
         os.environ.update(environ)
@@ -97,7 +101,6 @@ def _kept_process_state() -> Iterator[None]:
         torch.set_num_threads(threads)
         random.setstate(rng[0])
         np.random.set_state(rng[1])
-        torch.set_rng_state(rng[2])
 
 
 @contextmanager
@@ -163,11 +166,15 @@ class VLLMEngine:
             use_tqdm_on_load=False,
             logprobs_mode="processed_logprobs",
         )
-        if is_moe and not self.on_cpu:
-            kwargs["enable_return_routed_experts"] = True  # GPU: the official API
+        self.is_moe = is_moe
+        env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}  # in-process
+        if not self.on_cpu:  # the official vLLM: routed experts, memory share
+            gpu_kwargs, gpu_env = vllm_gpu.engine_args(config, is_moe)
+            kwargs.update(gpu_kwargs)
+            env.update(gpu_env)
         try:
             with _kept_process_state():
-                os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # in-process
+                os.environ.update(env)
                 # vLLM re-applies its logging config at every start: errors only unless the
                 # user asks (with no tokenizer, the chat-template warm-up logs a traceback)
                 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
@@ -182,9 +189,10 @@ class VLLMEngine:
         self.probe = vllm_weights.probe_sequences(self.vocab_size)
         self.last_sync: vllm_weights.SyncReport | None = None
         if config.weight_quant != "none":  # vLLM loaded full-precision weights: round them
+            from trainer.engines.device import resolve_device
             from trainer.models import load_policy
 
-            self.update_weights(load_policy(path, "fp32")[0])
+            self.update_weights(load_policy(path, "fp32", resolve_device(config.device))[0])
 
     # ------------------------------------------------------------------ sampling
 
@@ -270,11 +278,8 @@ class VLLMEngine:
             # vLLM's request id is ours + "-" + 8 random characters
             rows = {r: row_of[r.rsplit("-", 1)[0]] for r in captured.request_ids()}
             captured.fill(routed, rows, fed)
-        elif samples[0].routed_experts is not None:  # GPU: [seq_len, L, k], row j = position j
-            routed = torch.full((len(outputs), seq, *samples[0].routed_experts.shape[1:]), -1)
-            for b, c in enumerate(samples):
-                got = torch.as_tensor(np.asarray(c.routed_experts)).long()[: int(fed[b])]
-                routed[b, : got.shape[0]] = got
+        elif self.is_moe and not self.on_cpu:  # vLLM's own: [seq_len, L, k] per sample
+            routed = vllm_gpu.routed_experts(samples, fed, seq)
         return Rollout(
             input_ids=torch.tensor(ids),
             attention_mask=(cols < total[:, None]).long(),
@@ -308,7 +313,7 @@ class VLLMEngine:
         start = time.perf_counter()
         tensors = vllm_weights.checkpoint_tensors(model, self.config.weight_quant)
         with self._run():
-            vllm_weights.reload(self.worker, self.model, tensors)
+            vllm_weights.reload(self.llm, self.model, tensors, repack=self.on_cpu)
         if not verify:
             return
         mine = torch.stack(self.sequence_logprobs(self.probe))

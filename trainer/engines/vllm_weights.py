@@ -8,7 +8,9 @@ Three steps, each a function, so that tests can run them apart:
    tensor per expert). The conversion is transformers' own `revert_weight_conversion`, the
    code `save_pretrained` runs, so the names match the checkpoint vLLM loaded. Simulated
    weight quantisation (`quant.py`) is applied here, exactly as the PyTorch engine does.
-2. `reload`: vLLM's in-place `reload_weights(weights_iterator=...)`, then
+2. `reload`: vLLM's in-place `reload_weights(weights_iterator=...)` through
+   `LLM.collective_rpc` (in-process: the tensors are passed, not serialised), a reset of
+   the prefix cache (blocks computed by the old weights), then
    `repack_cpu_moe_experts`: on CPU, vLLM 0.32 skips the expert-weight prepack
    (`cpu_prepack_moe_weight`) when weights are *updated* (`is_weight_update` in
    `UnquantizedFusedMoEMethod._setup_kernel`), so the experts would run on unpacked
@@ -97,10 +99,12 @@ def repack_cpu_moe_experts(vllm_model: nn.Module) -> int:
     return done
 
 
-def reload(worker, vllm_model: nn.Module, tensors: dict, repack: bool = True) -> None:
-    """Load `tensors` (checkpoint names) into the in-process vLLM worker, in place.
-    `repack=False` reproduces vLLM's raw behaviour (for the test that watches the bug)."""
-    worker.reload_weights(weights_iterator=iter(tensors.items()))
+def reload(llm, vllm_model: nn.Module, tensors: dict, repack: bool = True) -> None:
+    """Load `tensors` (checkpoint names) into the in-process `vllm.LLM`, in place, on any
+    device (vLLM's loader copies them over). `repack=False` skips the CPU expert repack
+    (GPU, or the test that watches vLLM's bug)."""
+    llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(tensors.items())})
+    llm.reset_prefix_cache()
     if repack:
         repack_cpu_moe_experts(vllm_model)
 
