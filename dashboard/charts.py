@@ -91,7 +91,8 @@ def line_figure(
     """One line per series, sharing the step axis, with spans and marks."""
     yaxis = {"type": "log", "dtick": 1, "exponentformat": "power"} if log_y else {}
     layout = _layout(title, height, yaxis=yaxis, **overlays(spans, marks))
-    return _figure([*line_traces(series), *mark_traces(marks)], layout)
+    ends = [float(np.max(x)) for x, _ in series.values() if len(x)]
+    return _figure([*line_traces(series), *mark_traces(marks, max(ends) if ends else None)], layout)
 
 
 def heatmap_figure(
@@ -127,7 +128,8 @@ def heatmap_figure(
     if zmax is not None:
         heat["zmax"] = zmax
     layout = _layout(title, height, yaxis=yaxis or {}, **overlays(spans, marks))
-    return _figure([heat, *extra, *mark_traces(marks)], layout)
+    x_end = float(np.max(x)) if np.size(x) else None
+    return _figure([heat, *extra, *mark_traces(marks, x_end)], layout)
 
 
 def distribution_figure(

@@ -65,7 +65,11 @@ def _marker_trace(
     color: str,
     size: int = 9,
     labels: bool = False,
+    x_end: float | None = None,
 ) -> Trace:
+    """Markers of one kind and level on the hidden [0, 1] axis; with `labels`, their short
+    labels beside them: to the right, or to the left in the last third of the x range
+    (up to `x_end`), where a label would run off the chart."""
     ys = y if isinstance(y, list) else [y] * len(ms)
     trace = {
         "type": "scatter",
@@ -87,7 +91,9 @@ def _marker_trace(
         "hovertemplate": "%{customdata}<extra></extra>",
     }
     if labels:
-        trace.update(textposition="middle right", textfont={"size": 10, "color": color})
+        right = [x_end is None or m.step < x_end * 2 / 3 for m in ms]
+        sides = ["middle right" if r else "middle left" for r in right]
+        trace.update(textposition=sides, textfont={"size": 10, "color": color})
     return trace
 
 
@@ -106,19 +112,22 @@ def grouped(marks: Sequence[Mark]) -> list[Mark]:
     return sorted(out.values(), key=lambda m: (m.step, m.kind, m.level))
 
 
-def mark_traces(marks: Sequence[Mark]) -> list[Trace]:
+def mark_traces(marks: Sequence[Mark], x_end: float | None = None) -> list[Trace]:
     """Episode starts ▼ (and ✕ where one turned critical) at the top edge, labelled with
     the blamed factor; actions ◆ at the bottom edge, staggered over three rows so that
     neighbouring labels do not overlap; other run events ■ (explained once per page by
     MARKS_LEGEND, not in every chart's legend). Rollbacks and incidents are lines
-    (`mark_shapes`, `mark_annotations`)."""
+    (`mark_shapes`, `mark_annotations`). `x_end`: the chart's last step (labels near it
+    go to the left of their marker)."""
     traces = []
     for level in ("warning", "critical"):
         ms = [m for m in marks if m.kind == "alert" and m.level == level]
         if ms:
             few = sum(m.kind == "alert" for m in marks) <= ACTION_LABELS_MAX
             traces.append(
-                _marker_trace(ms, 0.96, "triangle-down", ALERT_COLORS[level], size=11, labels=few)
+                _marker_trace(
+                    ms, 0.96, "triangle-down", ALERT_COLORS[level], 11, labels=few, x_end=x_end
+                )
             )
     ms = [m for m in marks if m.kind == "critical"]
     if ms:
@@ -130,7 +139,7 @@ def mark_traces(marks: Sequence[Mark]) -> list[Trace]:
         if idx:
             ms = [actions[i] for i in idx]
             ys = [0.04 + 0.1 * (i % 3) for i in idx]
-            traces.append(_marker_trace(ms, ys, "diamond", color, labels=labels))
+            traces.append(_marker_trace(ms, ys, "diamond", color, labels=labels, x_end=x_end))
     events = [m for m in marks if m.kind == "event"]
     if events:
         traces.append(_marker_trace(events, 0.04, "square", EVENT_COLOR))

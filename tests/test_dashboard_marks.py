@@ -184,6 +184,9 @@ def test_figure_draws_actions_rollbacks_and_incidents_differently():
     assert labels == {"induced incident": 29.5, "rolled back to step 30": 38.5}
     texts = {t.name: list(t.text) for t in fig.data[1:]}
     assert texts["alert: warning"] == ["staleness"] and texts["action: applied"] == ["clip on"]
+    sides = {t.name: list(t.textposition) for t in fig.data[1:] if t.textposition}
+    # labels in the last third of the chart go left of their marker (not off the chart)
+    assert sides == {"alert: warning": ["middle right"], "action: applied": ["middle left"]}
     assert all(t.yaxis == "y2" for t in fig.data[1:])
 
 
