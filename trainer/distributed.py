@@ -70,9 +70,15 @@ def timeout_s() -> float:
 
 
 def init() -> None:
-    """The gloo process group of the torchrun job (the CPU backend; a GPU build would use
-    nccl for the model's collectives), with the collective timeout."""
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout_s()))
+    """The process group of the torchrun job, with the collective timeout: gloo on the
+    CPU; with CUDA, each rank on the GPU of its local rank and nccl for CUDA tensors
+    (gloo still carries the commands and rows, which are CPU objects). Only the CPU
+    path is tested here (no GPU on this machine)."""
+    backend = "gloo"
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        backend = "cpu:gloo,cuda:nccl"
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s()))
 
 
 def run_ranks(main: Callable[[], int]) -> int:
