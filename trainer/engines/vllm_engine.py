@@ -50,6 +50,7 @@ from monitor.errors import UserError
 from trainer.engines import vllm_gpu, vllm_weights
 from trainer.engines.base import Rollout, SamplingParams
 from trainer.engines.config import EngineConfig
+from trainer.engines.device import resolve_device
 from trainer.engines.vllm_routing import RoutingCapture
 
 _VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
@@ -140,6 +141,7 @@ class VLLMEngine:
             )
         hf = json.loads((path / "config.json").read_text())
         self.config = config
+        self.device = resolve_device(config.device)  # where rollouts are delivered
         self.dtype = config.inference_dtype
         self.vocab_size = int(hf["vocab_size"])
         self.eos_id = int(hf["eos_token_id"])
@@ -189,10 +191,9 @@ class VLLMEngine:
         self.probe = vllm_weights.probe_sequences(self.vocab_size)
         self.last_sync: vllm_weights.SyncReport | None = None
         if config.weight_quant != "none":  # vLLM loaded full-precision weights: round them
-            from trainer.engines.device import resolve_device
             from trainer.models import load_policy
 
-            self.update_weights(load_policy(path, "fp32", resolve_device(config.device))[0])
+            self.update_weights(load_policy(path, "fp32", self.device)[0])
 
     # ------------------------------------------------------------------ sampling
 
@@ -257,11 +258,13 @@ class VLLMEngine:
             yield captured
 
     def _rollout(self, outputs, captured) -> Rollout:
-        """Lay prompt then response out right-padded, per row (see Rollout)."""
+        """Lay prompt then response out right-padded, per row (see Rollout), on
+        engine.device (where the training engine wants them)."""
+        dev = self.device
         prompts = [list(o.prompt_token_ids) for o in outputs]
         samples = [o.outputs[0] for o in outputs]
-        plen = torch.tensor([len(p) for p in prompts])
-        total = plen + torch.tensor([len(c.token_ids) for c in samples])
+        plen = torch.tensor([len(p) for p in prompts], device=dev)
+        total = plen + torch.tensor([len(c.token_ids) for c in samples], device=dev)
         seq = int(total.max())
         ids, logps = [], []
         for prompt, c in zip(prompts, samples, strict=True):
@@ -269,11 +272,12 @@ class VLLMEngine:
             ids.append(prompt + list(c.token_ids) + [self.pad_id] * pad)
             got = [d[t].logprob for d, t in zip(c.logprobs, c.token_ids, strict=True)]
             logps.append([0.0] * len(prompt) + got + [0.0] * pad)
-        cols = torch.arange(seq)[None, :]
+        cols = torch.arange(seq, device=dev)[None, :]
         fed = total - 1  # the last response token is never fed back: no routing there
         routed = None
         if captured is not None:
-            routed = torch.full((len(outputs), seq, self.num_moe_layers, self.capture.top_k), -1)
+            shape = (len(outputs), seq, self.num_moe_layers, self.capture.top_k)
+            routed = torch.full(shape, -1, dtype=torch.long, device=dev)
             row_of = {o.request_id: b for b, o in enumerate(outputs)}
             # vLLM's request id is ours + "-" + 8 random characters
             rows = {r: row_of[r.rsplit("-", 1)[0]] for r in captured.request_ids()}
@@ -281,11 +285,11 @@ class VLLMEngine:
         elif self.is_moe and not self.on_cpu:  # vLLM's own: [seq_len, L, k] per sample
             routed = vllm_gpu.routed_experts(samples, fed, seq)
         return Rollout(
-            input_ids=torch.tensor(ids),
+            input_ids=torch.tensor(ids, device=dev),
             attention_mask=(cols < total[:, None]).long(),
             response_mask=((cols >= plen[:, None]) & (cols < total[:, None])).float(),
-            logp=torch.tensor(logps, dtype=torch.float32),
-            truncated=torch.tensor([c.finish_reason == "length" for c in samples]),
+            logp=torch.tensor(logps, dtype=torch.float32, device=dev),
+            truncated=torch.tensor([c.finish_reason == "length" for c in samples], device=dev),
             routing=routed,
         )
 
@@ -300,10 +304,11 @@ class VLLMEngine:
             outputs = self.llm.generate(
                 [{"prompt_token_ids": s} for s in seqs], sampling, use_tqdm=False
             )
-        return [
-            torch.tensor([d[t].logprob for d, t in zip(o.prompt_logprobs[1:], s[1:], strict=True)])
+        logprobs = [
+            [d[t].logprob for d, t in zip(o.prompt_logprobs[1:], s[1:], strict=True)]
             for o, s in zip(outputs, seqs, strict=True)
         ]
+        return [torch.tensor(lp, device=self.device) for lp in logprobs]
 
     @torch.no_grad()
     def update_weights(self, model: nn.Module, verify: bool = True) -> None:

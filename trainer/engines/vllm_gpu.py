@@ -40,9 +40,9 @@ def engine_args(config: EngineConfig, is_moe: bool) -> tuple[dict[str, Any], dic
 
 
 def routed_experts(samples: Sequence[Any], fed: torch.Tensor, seq: int) -> torch.Tensor:
-    """[B, S=seq, L, k] long expert ids from each CompletionOutput's `routed_experts`,
-    -1 where unknown; row b filled at positions 0..fed[b]-1 (its fed tokens). Raises if
-    vLLM returned none or fewer rows than a sequence fed through the model."""
+    """[B, S=seq, L, k] long expert ids on fed's device from each CompletionOutput's
+    `routed_experts`, -1 where unknown; row b filled at positions 0..fed[b]-1 (its fed
+    tokens). Raises if vLLM returned none or fewer rows than a sequence fed."""
     if not samples or any(c.routed_experts is None for c in samples):
         raise RuntimeError(
             "vLLM returned no routed experts for an MoE model (enable_return_routed_experts "
@@ -50,7 +50,7 @@ def routed_experts(samples: Sequence[Any], fed: torch.Tensor, seq: int) -> torch
         )
     arrays = [np.asarray(c.routed_experts) for c in samples]
     layers_k = arrays[0].shape[1:]
-    routed = torch.full((len(arrays), seq, *layers_k), -1, dtype=torch.long)
+    routed = torch.full((len(arrays), seq, *layers_k), -1, dtype=torch.long, device=fed.device)
     for b, (got, n) in enumerate(zip(arrays, fed.tolist(), strict=True)):
         if got.ndim != 3 or got.shape[1:] != layers_k or got.shape[0] < n:
             raise RuntimeError(

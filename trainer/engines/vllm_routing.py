@@ -76,14 +76,16 @@ class Captured:
         was not captured (the rollout would otherwise replay holes). A position computed
         twice (a preempted request is recomputed) keeps its first routing, the one its
         sampling saw."""
+        dev = routing.device
         for req_ids, counts, positions, ids in reversed(self._steps):
-            rows = torch.tensor([row_of[r] for r in req_ids]).repeat_interleave(
-                torch.tensor(counts)
+            rows = torch.tensor([row_of[r] for r in req_ids], device=dev).repeat_interleave(
+                torch.tensor(counts, device=dev)
             )
+            positions, ids = positions.to(dev), ids.to(dev)
             keep = positions < fed[rows]
             routing[rows[keep], positions[keep]] = ids[keep]
         seen = (routing >= 0).all(-1).all(-1)  # [B, S]
-        expect = torch.arange(routing.shape[1])[None, :] < fed[:, None]
+        expect = torch.arange(routing.shape[1], device=dev)[None, :] < fed[:, None]
         if not torch.equal(seen & expect, expect):
             b, pos = (expect & ~seen).nonzero()[0].tolist()
             raise RuntimeError(

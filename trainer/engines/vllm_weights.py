@@ -114,7 +114,8 @@ def probe_sequences(vocab_size: int, num: int = 8, length: int = 32, seed: int =
     position embedding up to `length` and, in practice, every expert."""
     gen = torch.Generator().manual_seed(seed)
     low = 3 if vocab_size > 3 else 0
-    return torch.randint(low, vocab_size, (num, length), generator=gen).tolist()
+    ids = torch.randint(low, vocab_size, (num, length), generator=gen, device=gen.device)
+    return ids.tolist()  # plain ids: the same on every machine and default device
 
 
 @torch.no_grad()
@@ -128,15 +129,15 @@ def reference_logprobs(
     training model with its weights rounded like the engine's and, if `dtype` is given,
     every floating parameter and buffer cast to it (as `model.to(dtype)` would). Through
     functional_call: the model itself is not modified."""
-    ids = torch.tensor(sequences, dtype=torch.long)
     device = next(model.parameters()).device
+    ids = torch.tensor(sequences, dtype=torch.long, device=device)
     swap = dict(rounded_params(model, weight_quant))
     if dtype is not None:
         tensors = {**dict(model.named_parameters()), **dict(model.named_buffers()), **swap}
         swap = {k: v.to(dtype) if v.is_floating_point() else v for k, v in tensors.items()}
-    logits = torch.func.functional_call(model, swap, (ids.to(device),), strict=False).logits
+    logits = torch.func.functional_call(model, swap, (ids,), strict=False).logits
     logp = torch.log_softmax(logits.float(), dim=-1)[:, :-1]
-    return logp.gather(-1, ids[:, 1:, None].to(device)).squeeze(-1).cpu()
+    return logp.gather(-1, ids[:, 1:, None]).squeeze(-1)
 
 
 def check_sync(
@@ -149,6 +150,7 @@ def check_sync(
     """Compare [N, T-1] log-probabilities with the float32 reference; raise
     WeightSyncError outside the tolerance. bf16 needs `reference_low`, the reference
     computed in bf16, to calibrate its bound (see BF16_NOISE_FACTOR)."""
+    reference = reference.to(engine_logp.device)
     diff = (engine_logp.float() - reference.float()).abs()
     max_abs, mean_abs = float(diff.max()), float(diff.mean())
     if dtype == "fp32":
@@ -157,7 +159,7 @@ def check_sync(
     else:
         if reference_low is None:
             raise ValueError(f"check_sync: inference_dtype={dtype} needs reference_low")
-        noise = float((reference_low.float() - reference.float()).abs().mean())
+        noise = float((reference_low.to(reference.device).float() - reference.float()).abs().mean())
         tol = max(BF16_MEAN_ABS_FLOOR, BF16_NOISE_FACTOR * noise)
         report = SyncReport(max_abs, mean_abs, seconds, tol, "mean")
         ok = mean_abs <= tol
