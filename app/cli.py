@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import signal
 import sys
+import threading
 
 # name -> (module, one-line help); the module is imported only when its command runs.
 # analyze, export, repair, import, dashboard and prometheus-rules must not import torch.
@@ -63,6 +65,13 @@ def _usage() -> str:
     return "\n".join(lines)
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    """SIGTERM (a scheduler, `kill`, a container stop) stops a command as Ctrl-C does:
+    its cleanup runs (children stopped, ports closed, the run's record and checkpoint
+    written) instead of the process vanishing mid-write."""
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
@@ -78,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from monitor.errors import UserError
 
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt)
     try:
         module = importlib.import_module(COMMANDS[name][0])
         return int(module.main(rest) or 0)

@@ -1,9 +1,13 @@
-"""`minirl dashboard [RUNS_DIR] [--host 127.0.0.1] [--port 8501] [--token T]`: serve the app.
+"""`minirl dashboard [RUNS_DIR] [--host 127.0.0.1] [--port 8501] [--token-file F]`: serve the app.
 
 Launches `streamlit run dashboard/app.py` as a subprocess, bound to 127.0.0.1 unless told
 otherwise, headless and without usage statistics. The runs folder, the bound address and
 the operator token reach the app through environment variables (settings.py), never
-through the URL. `start_dashboard` + `dashboard_url` + `wait_until_ready` are what
+through the URL or the child's command line. The token is read from $MINIRL_DASHBOARD_TOKEN
+or `--token-file` (`--token T` still works, with a warning: every user sees it in `ps`).
+The server is stopped with this process: on SIGTERM or Ctrl-C, and, on Linux, even when
+this process is killed outright (the child asks the kernel for SIGTERM when its parent
+dies). `start_dashboard` + `dashboard_url` + `wait_until_ready` are what
 `minirl demo` calls; `main` is the CLI. This module does not import Streamlit itself.
 """
 
@@ -11,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -107,10 +112,40 @@ def start_dashboard(
             stdout=out,
             stderr=subprocess.STDOUT if out else None,
             stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
         )
     finally:
         if out is not None:
             out.close()  # the child holds its own descriptor
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the parent dies (Linux prctl
+    PR_SET_PDEATHSIG), so a killed `minirl dashboard` leaves no server listening."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+
+
+def read_token(token: str | None, token_file: Path | None) -> str | None:
+    """The operator token: --token (warned), else --token-file, else the environment."""
+    if token:
+        print(
+            "minirl dashboard: warning: --token is visible to every user of this machine "
+            f"(ps); set ${ENV_TOKEN} or use --token-file instead",
+            file=sys.stderr,
+        )
+        return token
+    if token_file is not None:
+        try:
+            text = token_file.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as err:
+            raise UserError(f"--token-file {token_file}: cannot read ({err})") from None
+        if not text:
+            raise UserError(f"--token-file {token_file}: empty")
+        return text
+    return os.environ.get(ENV_TOKEN) or None
 
 
 def wait_until_ready(
@@ -142,12 +177,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--host", default=DEFAULT_HOST, help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="port (default 8501)")
     parser.add_argument(
-        "--token",
-        default=os.environ.get(ENV_TOKEN),
-        help=f"operator token, required for actions on a non-loopback --host (or ${ENV_TOKEN})",
+        "--token-file",
+        type=Path,
+        help=f"file holding the operator token, required for actions on a non-loopback "
+        f"--host (or set ${ENV_TOKEN})",
     )
+    parser.add_argument("--token", help="the operator token itself (visible in ps: avoid)")
     parser.add_argument("--refresh", type=float, default=None, help="live refresh period, s")
     args = parser.parse_args(argv)
+    args.token = read_token(args.token, args.token_file)
     if not is_loopback(args.host) and not args.token:
         print(
             f"minirl dashboard: warning: exposed on {args.host or 'every interface'} without "

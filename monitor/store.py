@@ -86,28 +86,37 @@ class RunStore:
             raise _not_a_store(path, str(err)) from None
         version = _check_identity(conn, path)
         if version < SCHEMA_VERSION:
-            conn.execute("BEGIN IMMEDIATE")
-            for migrate in MIGRATIONS[version:]:
-                migrate(conn)
-            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            if version == 0:
-                conn.executemany(
-                    "INSERT INTO meta (key, value) VALUES (?, ?)",
-                    [
-                        ("app", APP_ID),
-                        ("run_id", uuid.uuid4().hex[:12]),
-                        ("created_at", repr(time.time())),
-                        ("config", "{}"),
-                        ("controls", "{}"),
-                    ],
-                )
-            conn.execute("COMMIT")
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                for migrate in MIGRATIONS[version:]:
+                    migrate(conn)
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                if version == 0:
+                    conn.executemany(
+                        "INSERT INTO meta (key, value) VALUES (?, ?)",
+                        [
+                            ("app", APP_ID),
+                            ("run_id", uuid.uuid4().hex[:12]),
+                            ("created_at", repr(time.time())),
+                            ("config", "{}"),
+                            ("controls", "{}"),
+                        ],
+                    )
+                conn.execute("COMMIT")
+            except sqlite3.OperationalError as err:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                conn.close()
+                if "full" in str(err):
+                    raise UserError(f"{path}: cannot write ({err}); free some space") from None
+                raise
         return cls(path, conn)
 
     # -- transactions
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
-        """Everything written inside is committed together or not at all."""
+        """Everything written inside is committed together or not at all. A full disk
+        is one UserError: the transaction is rolled back, every earlier one is kept."""
         if self._in_tx:
             yield
             return
@@ -115,11 +124,16 @@ class RunStore:
         self._in_tx = True
         try:
             yield
-        except BaseException:
-            self._conn.execute("ROLLBACK")
-            raise
-        else:
             self._conn.execute("COMMIT")
+        except BaseException as err:
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.execute("ROLLBACK")
+            if isinstance(err, sqlite3.OperationalError) and "full" in str(err):
+                raise UserError(
+                    f"{self.path}: cannot write ({err}); this write was not stored, every "
+                    "earlier one is; free some space, then resume"
+                ) from None
+            raise
         finally:
             self._in_tx = False
 
@@ -253,7 +267,7 @@ class RunStore:
 
     def delete_after(self, step: int) -> dict[str, int]:
         """Drop scalars, histograms, heartbeats and alerts of steps > `step`; return counts."""
-        boundary = min(self._compacted, (step // schema.CHUNK_STEPS) * schema.CHUNK_STEPS)
+        boundary = max(0, min(self._compacted, (step // schema.CHUNK_STEPS) * schema.CHUNK_STEPS))
         self._conn.execute("DELETE FROM scalar_chunks WHERE lo >= ?", (boundary,))
         self._conn.execute(
             "UPDATE meta SET value = ? WHERE key = 'compacted_upto'", (str(boundary),)

@@ -24,8 +24,11 @@ import torch
 from minirl.loss import LossConfig
 from monitor.errors import UserError
 from trainer.controls import Controls
+from trainer.leftovers import remove_leftovers
 
 _NAME = re.compile(r"^step_(\d+)\.pt$")
+_TMP = re.compile(r"^step_\d+\.tmp(?P<pid>\d+)$")
+"""A checkpoint being written by process `pid` (renamed to step_N.pt when complete)."""
 FORMAT = 1
 SHARDS = ".dcp"
 
@@ -45,6 +48,11 @@ def list_checkpoints(run_dir: Path) -> dict[int, Path]:
         if m:
             found[int(m.group(1))] = path
     return dict(sorted(found.items()))
+
+
+def remove_partial_checkpoints(run_dir: Path) -> list[Path]:
+    """Delete the temporary files of checkpoint writes whose process was killed."""
+    return remove_leftovers(checkpoint_dir(run_dir), _TMP)
 
 
 def save_checkpoint(
@@ -80,8 +88,16 @@ def save_checkpoint(
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         payload["cuda_rng"] = torch.cuda.get_rng_state_all()  # one state per CUDA device
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
+    try:
+        torch.save(payload, tmp)
+        os.replace(tmp, path)
+    except (OSError, RuntimeError) as err:  # torch reports a full disk as a RuntimeError
+        tmp.unlink(missing_ok=True)
+        why = err.strerror if isinstance(err, OSError) else str(err).splitlines()[0][-120:]
+        raise UserError(
+            f"checkpoint {path}: cannot be written ({why}); the earlier checkpoints and the "
+            "store are intact; free some space, then resume with --resume"
+        ) from None
     existing = list_checkpoints(run_dir)
     for old in list(existing)[:-keep]:
         if old not in protect:

@@ -16,6 +16,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import shutil
 import sys
 import time
@@ -29,11 +30,14 @@ from monitor.errors import UserError
 from monitor.typed_config import check, config_hash
 from trainer.engines.device import module_device, resolve_device
 from trainer.evaluate import EvalConfig, decode_responses, encode_prompts, evaluate, generate
+from trainer.leftovers import remove_leftovers
 from trainer.models import ModelConfig, build_tiny_checkpoint, load_policy
 from trainer.tasks import Example, Task, TaskConfig, make_task
 
 # Bump when the procedure changes in a way that changes the weights: old caches go stale.
 COLDSTART_VERSION = 1
+_TMP = re.compile(r"^\.tmp-.+-(?P<pid>\d+)$")
+"""A cache entry being trained by process `pid` (renamed when complete)."""
 META = "coldstart.json"
 
 
@@ -259,6 +263,7 @@ def cold_start(
     """
     root = Path(cfg.cache_dir).expanduser()
     final = root / cache_key(model_cfg, task_cfg, cfg)
+    remove_leftovers(root, _TMP)  # cold starts of killed processes
     if (final / META).is_file():
         meta = json.loads((final / META).read_text())
         return ColdStart(final, True, meta["metrics"])

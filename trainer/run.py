@@ -8,14 +8,18 @@ engine (verified by the engine), evaluates held-out accuracy periodically, logs 
 `Monitor.log` per step, and checkpoints. It holds the engines only through their
 protocols (trainer/engines/base.py); factory.py picks the backends. `resume=True`
 continues from the last checkpoint with the store truncated to it, so no step is lost or
-logged twice. A rollback restores an earlier checkpoint exactly (weights, optimiser,
-RNG, data position) but keeps counting steps forward: the rolled-back branch stays in the
-store as evidence. What happens at a step boundary (incidents, actions, rollback) is in
-trainer/boundary.py.
+logged twice; a run killed before its first checkpoint resumes from its start (the
+cold-start state), exactly as a new run would. A step whose gradient or log-probabilities
+are not finite trains nothing (the engine skips the update) and is recorded; NONFINITE_STOP
+of them in a row stop the run without checkpointing the diverged state. A rollback
+restores an earlier checkpoint exactly (weights, optimiser, RNG, data position) but keeps
+counting steps forward: the rolled-back branch stays in the store as evidence. What
+happens at a step boundary (incidents, actions, rollback) is in trainer/boundary.py.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass
@@ -31,6 +35,7 @@ from trainer.checkpoints import (
     controls_from_data,
     list_checkpoints,
     load_checkpoint,
+    remove_partial_checkpoints,
     restore_rng,
     save_checkpoint,
 )
@@ -41,12 +46,17 @@ from trainer.engines.base import TrainingEngine, WeightSyncError
 from trainer.engines.factory import make_inference_engine, make_training_engine
 from trainer.evaluate import evaluate, policy_accuracy
 from trainer.incidents import due
+from trainer.outcome import collapse
 from trainer.progress import NoProgress, Progress
 from trainer.run_state import RunState
 from trainer.step import NonFiniteBatch, StepResult, rl_step
 from trainer.tasks import make_task
 
 CONFIG_FILE = "config.yaml"
+NONFINITE_STOP = 3
+"""Non-finite steps in a row that stop a run: one bad batch is skipped, a policy that
+keeps producing them has diverged and does not recover by itself. Steps without any
+gradient (all advantages zero) neither break the row nor checkpoint inside it."""
 
 
 @dataclass
@@ -59,6 +69,10 @@ class RunResult:
     cold_start: dict[str, float]
     first_eval: float | None
     last_eval: float | None
+    collapsed: str | None = None
+    """A sentence if held-out accuracy collapsed (trainer/outcome.py), else None."""
+    note: str | None = None
+    """Why a faulted run stopped and what is intact (non-finite steps)."""
 
 
 def resume_config(run_dir: Path, overrides: list[str]) -> RunConfig:
@@ -83,6 +97,7 @@ def train(
     if not resume and (run_dir / "store.sqlite").exists():
         raise UserError(f"{run_dir} already holds a run; pass --resume or choose another run dir")
     run_dir.mkdir(parents=True, exist_ok=True)
+    partial = remove_partial_checkpoints(run_dir)  # of a process killed mid-write
     torch.manual_seed(cfg.seed)
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
@@ -100,7 +115,8 @@ def train(
     policy = make_training_engine(start.path, cfg.engine, cfg.optim)
     controls = Controls(cfg.loss, cfg.train.mini_batches, cfg.train.routing_replay)
     last = pos = 0
-    if resume:
+    from_start = resume and not list_checkpoints(run_dir)  # killed before its first one
+    if resume and not from_start:
         last, pos, controls = _resume_from_checkpoint(run_dir, policy)
     (run_dir / CONFIG_FILE).write_text(dump_config(cfg))
     mon = Monitor(
@@ -116,10 +132,16 @@ def train(
     )
     bar = Progress(last + 1, cfg.train.steps) if progress else NoProgress()
     run = RunState(cfg, run_dir, mon, policy, task, controls, bar, step=last, logged=last, pos=pos)
+    if partial:
+        bar.message(f"removed {len(partial)} unfinished checkpoint file(s) of a killed process")
+    if from_start:  # its steps go: they are run again from the same start
+        mon.truncate_after(-1)
+        mon.event("resume_from_start", {"reason": "no complete checkpoint"})
+        bar.message(f"{run_dir}: no complete checkpoint; resuming from the start (cold start)")
 
     # ---- the inference engine, step 0, the steps; a crash is recorded, then raised -------
     try:
-        _start_inference(run, start, resume)
+        _start_inference(run, start, resume and not from_start)
         stopped = _steps(run)
     except KeyboardInterrupt:
         stopped = "interrupted"
@@ -130,17 +152,21 @@ def train(
     except BaseException as err:
         _record_crash(run, err)
         raise
-    if (run.step > last or stopped != "completed") and not run.partial:
-        _checkpoint(run)
-    _close(run, stopped)
+    if (run.step > last or stopped != "completed") and not run.partial and stopped != "non-finite":
+        _checkpoint(run)  # never of a diverged policy: the last good checkpoint stays last
+    collapsed = collapse(run.eval_steps, run.evals, cfg.monitor.detectors.eval_collapse)
+    _close(run, stopped, collapsed)
     evals = run.evals or [None]
-    return RunResult(run_dir, run.step, stopped, start.metrics, evals[0], evals[-1])
+    note = _nonfinite_note(run) if stopped == "non-finite" else None
+    first, final = evals[0], evals[-1]
+    return RunResult(run_dir, run.step, stopped, start.metrics, first, final, collapsed, note)
 
 
 def _steps(run: RunState) -> str:
     """RL steps until the last, a stop action or an unrepaired non-finite batch; returns
     why the loop ended."""
     tc = run.cfg.train
+    streak = 0  # non-finite steps in a row
     while run.step < tc.steps:
         # ---- step boundary: scripted incidents, then remediation actions ----------------
         for incident in due(tc.incidents, run.step + 1):
@@ -171,7 +197,8 @@ def _steps(run: RunState) -> str:
                 probe_grad_cosine=tc.grad_cosine_every > 0 and run.step % tc.grad_cosine_every == 0,
             )
         except NonFiniteBatch as err:
-            if not _record_nonfinite(run, err):
+            streak += 1
+            if not _record_nonfinite(run, str(err), streak):
                 return "non-finite"
             continue
 
@@ -182,7 +209,15 @@ def _steps(run: RunState) -> str:
         if _eval_due(run.step, run.cfg):
             result.scalars.update(_evaluate(run))
         _log(run, result)
-        if run.cfg.checkpoint_every and run.step % run.cfg.checkpoint_every == 0:
+        norm = result.scalars.get("optim/grad_norm", 0.0)
+        if not math.isfinite(norm):  # the engine skipped the update(s) of this step
+            streak += 1
+            if not _record_nonfinite(run, f"gradient norm {norm}: update skipped", streak):
+                return "non-finite"
+            continue  # no checkpoint of a step that went wrong
+        if norm > 0:  # a real update: healthy again (a zero gradient proves nothing)
+            streak = 0
+        if run.cfg.checkpoint_every and run.step % run.cfg.checkpoint_every == 0 and not streak:
             _checkpoint(run)
     return "completed"
 
@@ -207,9 +242,10 @@ def _start_inference(run: RunState, start: ColdStart, resume: bool) -> None:
         run.bar.message(f"held-out accuracy after cold start: {acc['eval/acc']:.3f}")
 
 
-def _close(run: RunState, stopped: str) -> None:
+def _close(run: RunState, stopped: str, collapsed: str | None = None) -> None:
     """Record why the run stopped and close the store and the inference engine."""
-    run.mon.event("stop", {"step": run.step, "reason": stopped})
+    collapse_detail = {"collapse": collapsed} if collapsed else {}
+    run.mon.event("stop", {"step": run.step, "reason": stopped, **collapse_detail})
     run.mon.close()
     if run.engine is not None:
         run.engine.close()
@@ -238,16 +274,28 @@ def _log(run: RunState, result: StepResult) -> None:
     run.bar.update(run.step, result.scalars)
 
 
-def _record_nonfinite(run: RunState, err: NonFiniteBatch) -> bool:
-    """Nothing was trained on the batch: record the step as non-finite. True if a
-    rollback is pending (the monitor's remediation repairs it), else the run stops."""
-    run.mon.event("nonfinite", {"step": run.step, "error": str(err)})
-    run.mon.log(run.step, {"optim/loss": math.nan})
-    run.logged = run.step
-    if any(a.kind == "rollback" for a in run.mon.pending_actions()):
+def _record_nonfinite(run: RunState, error: str, streak: int) -> bool:
+    """Nothing was trained on the step: record it as non-finite (a step cut short by a
+    non-finite batch gets a NaN loss row). True to go on: a rollback is pending (the
+    monitor's remediation repairs it) or fewer than NONFINITE_STOP in a row."""
+    run.mon.event("nonfinite", {"step": run.step, "error": error, "in_a_row": streak})
+    if run.logged != run.step:
+        run.mon.log(run.step, {"optim/loss": math.nan})
+        run.logged = run.step
+    if any(a.kind == "rollback" for a in run.mon.pending_actions()) or streak < NONFINITE_STOP:
+        run.bar.message(f"step {run.step}: {error}; step skipped ({streak} in a row)")
         return True
-    run.bar.message(f"step {run.step}: {err}; stopping (no rollback requested)")
+    run.bar.message(f"step {run.step}: {error}; {_nonfinite_note(run)}")
     return False
+
+
+def _nonfinite_note(run: RunState) -> str:
+    ckpts = list_checkpoints(run.run_dir)
+    last = f"{ckpts[max(ckpts)]} (step {max(ckpts)})" if ckpts else "none (the cold start)"
+    return (
+        f"stopped: {NONFINITE_STOP} non-finite steps in a row, the policy has diverged; "
+        f"last good checkpoint: {last}; lower optim.lr and resume with --resume"
+    )
 
 
 def _record_crash(run: RunState, err: BaseException) -> None:
@@ -256,7 +304,8 @@ def _record_crash(run: RunState, err: BaseException) -> None:
     later IS weight would be wrong: the run stops, its record and checkpoints stay)."""
     sync = isinstance(err, WeightSyncError)
     error = f"weight sync failed: {err}" if sync else f"{type(err).__name__}: {err}"
-    run.mon.event("crash", {"step": run.step, "error": error})
+    with contextlib.suppress(UserError):  # a full disk must not hide the first error
+        run.mon.event("crash", {"step": run.step, "error": error})
     run.mon.close()
     if run.engine is not None:
         run.engine.close()

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from monitor.typed_config import add_set_option
 from trainer.config import load_config
+from trainer.outcome import exit_code
 from trainer.run import resume_config, train
 
 
@@ -37,6 +38,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--webhook", default=None, help="POST alerts as JSON to this URL")
     p.add_argument("--slack", action="store_true", help="send the webhook in Slack's format")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--fail-on-collapse",
+        action="store_true",
+        help="exit with code 3 when held-out accuracy collapsed (the run still completes)",
+    )
     p.add_argument(
         "--nproc",
         type=int,
@@ -91,7 +97,10 @@ def _main(args: argparse.Namespace) -> int:
         f"run {result.run_dir}: {result.stopped} at step {result.last_step}; "
         f"held-out accuracy {first} -> {last}"
     )
-    return 0 if result.stopped in ("completed", "stop action") else 1
+    for line in (result.collapsed, result.note):
+        if line:
+            print(f"run {result.run_dir}: {line}")
+    return exit_code(result.stopped, result.collapsed, args.fail_on_collapse)
 
 
 def _usage(message: str) -> Exception:

@@ -140,12 +140,14 @@ class TorchTrainingEngine:
     def step_with_grad_cosine(
         self, loss: torch.Tensor, reference: torch.Tensor
     ) -> tuple[dict[str, float], float]:
-        """`step(loss)`, and the cosine between ∇loss and ∇reference (NaN when the
-        reference is not finite). Two extra backward passes: a periodic probe."""
+        """`step(loss)`, and the cosine between ∇loss and ∇reference (NaN when either is
+        not finite: `step` then skips the update). Two extra backward passes: a periodic
+        probe."""
         params = [p for p in self.model.parameters() if p.requires_grad]
         g_loss = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
         g_ref = torch.autograd.grad(reference, params, allow_unused=True)
-        cosine = grad_cosine(list(g_loss), list(g_ref)) if torch.isfinite(reference) else math.nan
+        finite = all(g is None or bool(torch.isfinite(g).all()) for g in (*g_loss, *g_ref))
+        cosine = grad_cosine(list(g_loss), list(g_ref)) if finite else math.nan
         for p, g in zip(params, g_loss, strict=True):
             p.grad = g
         return self.step(None), cosine
