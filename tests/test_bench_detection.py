@@ -112,3 +112,13 @@ def test_read_arm_finds_precursor_action_and_recovery(tmp_path):
     assert [a["kind"] for a in arm.actions] == ["rollback", "set_is_correction"]
     assert arm.recovered == 60
     assert arm.final_acc == 0.5 and not arm.collapsed
+
+
+def test_the_defaults_are_the_frozen_tuning_point():
+    """monitor/detectors/config.py's defaults are exactly the grid point chosen on the
+    tuning set (bench/detection/tune.py): what users get is what the benchmark scores."""
+    from bench.detection.tune import FROZEN, GRID, config_for
+    from monitor.detectors.config import DetectorsConfig
+
+    assert config_for(**FROZEN) == DetectorsConfig()
+    assert all(FROZEN[k] in values for k, values in GRID.items())

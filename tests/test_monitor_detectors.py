@@ -317,7 +317,7 @@ def test_config_overrides_are_strict_and_typed():
          "histograms": [{"pattern": "*", "lo": 0, "hi": 1, "bins": 10}]}
     )  # fmt: skip
     rule = cfg.detectors.grad_norm
-    assert (rule.z, rule.persist, rule.min_change) == (8.0, 2, 3.0)  # the rest kept
+    assert (rule.z, rule.persist, rule.min_change) == (8.0, 2, 4.5)  # the rest kept
     assert cfg.remediation.icepop_band == (0.4, 4.0) and cfg.remediation.max_attempts == 1
     assert cfg.histograms[0].bins == 10 and cfg.histograms[0].lo == 0.0
     for bad, msg in [

@@ -33,6 +33,11 @@ GRID = {
 }
 
 
+FROZEN = {"z": 3.0, "recent": 3, "persist": 3, "fold": 1.5, "baseline": 10, "min_signals": 3}
+"""The grid point chosen on the tuning set (the first row of `--tune`), frozen as the
+defaults of monitor/detectors/config.py (tests/test_bench_detection.py pins the two equal)."""
+
+
 def config_for(
     z: float, recent: int, persist: int, fold: float, baseline: int, min_signals: int
 ) -> DetectorsConfig:
@@ -41,7 +46,9 @@ def config_for(
     for f in dataclasses.fields(base):
         rule = getattr(base, f.name)
         if isinstance(rule, ChangeRule):
-            change = rule.min_change * fold if rule.scale == "log" else rule.min_change
+            # the defaults carry the frozen fold: the grid scales each rule's unit change
+            unit = rule.min_change / FROZEN["fold"]
+            change = unit * fold if rule.scale == "log" else rule.min_change
             if rule.metric == "optim/lr":  # a setting, not a noisy estimate: not scaled
                 change = rule.min_change
             rules[f.name] = dataclasses.replace(

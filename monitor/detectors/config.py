@@ -106,12 +106,12 @@ class ChangeRule:
     floor: float = 1e-8
     """Log scale: values below this count as this (changes beneath the noise floor of
     the metric are not changes)."""
-    warmup: int = 10
+    warmup: int = 6
     window: int = 40
     gap: int = 3
-    min_baseline: int = 15
+    min_baseline: int = 10
     recent: int = 3
-    z: float = 6.0
+    z: float = 3.0
     min_change: float = 2.0
     sigma_floor: float = 0.1
     """Smallest baseline spread (log: 0.1 ≈ 10 %), so that flat streams do not alert on
@@ -212,61 +212,63 @@ class DetectorsConfig:
     """≥ 5 % of tokens past the IS cap: the correction is discarding the batch."""
     # --- warning: precursors, change against the run's own baseline
     mismatch_kl: ChangeRule = ChangeRule(
-        "mismatch/kl_k3", "train_inference", "up", R_IS, floor=1e-5
+        "mismatch/kl_k3", "train_inference", "up", R_IS, floor=1e-5, min_change=3.0
     )
     """Training-inference KL (k3 ≥ 0; verl's rollout_corr/k3_kl, prime-rl's mismatch_kl)."""
     mismatch_kl_k1: ChangeRule = ChangeRule(
-        "mismatch/kl_k1", "train_inference", "up", R_IS, floor=1e-5
+        "mismatch/kl_k1", "train_inference", "up", R_IS, floor=1e-5, min_change=3.0
     )
     """The same, k1 (verl's rollout_corr/kl; ours): for runs that log only k1."""
     mismatch_logprob_diff: ChangeRule = ChangeRule(
-        "mismatch/logprob_abs_diff", "train_inference", "up", R_IS, floor=1e-4
+        "mismatch/logprob_abs_diff", "train_inference", "up", R_IS, floor=1e-4, min_change=3.0
     )
     """Mean |log π_old − log μ_old| (TRL's sampling_logp_difference, slime's)."""
     mismatch_ess: ChangeRule = ChangeRule(
-        "mismatch/ess", "train_inference", "down", R_IS, min_change=1.25
+        "mismatch/ess", "train_inference", "down", R_IS, min_change=1.875
     )
     """The IS weights' effective sample size falling: fewer tokens carry the update."""
     mismatch_chi2: ChangeRule = ChangeRule(
-        "mismatch/chi2_token", "train_inference", "up", R_IS, floor=1e-4
+        "mismatch/chi2_token", "train_inference", "up", R_IS, floor=1e-4, min_change=3.0
     )
     """χ² of token weights E[(ρ−1)²]: the variance the IS correction pays."""
-    staleness_kl: ChangeRule = ChangeRule("staleness/kl_k3", "staleness", "up", R_STALE, floor=1e-4)
+    staleness_kl: ChangeRule = ChangeRule(
+        "staleness/kl_k3", "staleness", "up", R_STALE, floor=1e-4, min_change=3.0
+    )
     """KL(π_old‖π_θ) across the mini-batches (0 on-policy)."""
     staleness_kl_k1: ChangeRule = ChangeRule(
-        "staleness/kl_k1", "staleness", "up", R_STALE, floor=1e-4
+        "staleness/kl_k1", "staleness", "up", R_STALE, floor=1e-4, min_change=3.0
     )
     """The same, k1 (verl's and slime's ppo_kl)."""
     clip_frac: ChangeRule = ChangeRule(
-        "staleness/mask_frac", "staleness", "up", R_STALE, floor=1e-3
+        "staleness/mask_frac", "staleness", "up", R_STALE, floor=1e-3, min_change=3.0
     )
     """Share of tokens masked by the clip rule (verl's pg_clipfrac, TRL's clip_ratio)."""
     routing_train_infer: ChangeRule = ChangeRule(
-        "routing/mismatch_train_infer", "routing", "up", R_ROUTING, floor=1e-3
+        "routing/mismatch_train_infer", "routing", "up", R_ROUTING, floor=1e-3, min_change=3.0
     )
     """Share of (token, layer) expert sets differing, training vs inference engine."""
     routing_stale: ChangeRule = ChangeRule(
-        "routing/mismatch_stale", "routing", "up", R_ROUTING, floor=1e-3
+        "routing/mismatch_stale", "routing", "up", R_ROUTING, floor=1e-3, min_change=3.0
     )
     """The same across mini-batches, π_θ vs π_old (off-policy only)."""
     approx_residual: ChangeRule = ChangeRule(
-        "approx/seq_residual", "approximation", "up", R_APPROX, floor=1e-3
+        "approx/seq_residual", "approximation", "up", R_APPROX, floor=1e-3, min_change=3.0
     )
     """The first-order residual growing against its own level."""
     grad_norm: ChangeRule = ChangeRule(
-        "optim/grad_norm", "optimisation", "up", R_OPTIM, min_change=3.0
+        "optim/grad_norm", "optimisation", "up", R_OPTIM, min_change=4.5
     )
     """Gradient norm climbing to ≥ 3× its baseline."""
     entropy_drop: ChangeRule = ChangeRule(
-        "policy/entropy", "optimisation", "down", R_OPTIM, floor=1e-4, min_change=2.0
+        "policy/entropy", "optimisation", "down", R_OPTIM, floor=1e-4, min_change=3.0
     )
     """Entropy falling to half its baseline or less (the paper's no-IS collapse)."""
     entropy_rise: ChangeRule = ChangeRule(
-        "policy/entropy", "optimisation", "up", R_OPTIM, floor=1e-4, min_change=2.0
+        "policy/entropy", "optimisation", "up", R_OPTIM, floor=1e-4, min_change=3.0
     )
     """Entropy doubling: the policy dissolving into noise."""
     length_rise: ChangeRule = ChangeRule(
-        "response/len_mean", "optimisation", "up", R_OPTIM, floor=1.0, min_change=1.5
+        "response/len_mean", "optimisation", "up", R_OPTIM, floor=1.0, min_change=2.25
     )
     """Mean response length ≥ 1.5× its baseline (runaway generations)."""
     lr_rise: ChangeRule = ChangeRule(
