@@ -14,7 +14,7 @@ Two tiers, from the paper's recipes (arXiv 2512.01374):
 | blamed factor | fix |
 |---|---|
 | train_inference | IS on; if on, tighten the TIS cap (×0.5, down to 2), then IcePop [0.5, 5] |
-| staleness | clipping on; if on, halve the mini-batches per rollout |
+| staleness | clipping on if off, and halve the mini-batches per rollout |
 | routing | off-policy: R2 at ≤ 2 mini-batches, else R3 (R2 → R3); on-policy: the IS fix |
 | approximation | length norm off, else IS on, else clipping on, else fewer mini-batches |
 | optimisation | cap the learning rate at half its pre-episode value for the rest of the run |
@@ -34,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from monitor.actions import apply_to_controls
 from monitor.config import RemediationConfig
 from monitor.records import Action, ActionDraft, Alert, severity_rank
 
@@ -72,12 +73,25 @@ class RemediationPolicy:
                        f"{mode}", alert)]  # fmt: skip
         return []
 
-    def fix(self, alert: Alert, controls: Mapping[str, Any]) -> list[ActionDraft]:
-        """The repair for a breakdown blamed on `alert.factor`, given the current controls."""
-        c, why = self.cfg, f"{alert.detector} ({alert.severity}): {alert.message}"
+    def fix(
+        self, alert: Alert, controls: Mapping[str, Any], context: Sequence[Alert] = ()
+    ) -> list[ActionDraft]:
+        """The repair for a breakdown blamed on `alert.factor`, given the current controls
+        (`context`: the other open alerts, e.g. a rising lr's baseline). A run out of the
+        recommended setting is put back first; a staleness breakdown also takes the
+        recipe's next step (fewer mini-batches): clipping alone does not undo 8×."""
+        why = f"{alert.detector} ({alert.severity}): {alert.message}"
         settled = self.settle(alert, controls)
-        if settled:
+        if settled and alert.factor != "staleness":
             return settled
+        for d in settled:
+            controls = apply_to_controls(controls, d.kind, d.params)
+        return settled + self._next_step(alert, controls, context, why)
+
+    def _next_step(
+        self, alert: Alert, controls: Mapping[str, Any], context: Sequence[Alert], why: str
+    ) -> list[ActionDraft]:
+        c = self.cfg
         mini = int(controls.get("mini_batches", 1))
         policy = controls.get("is_policy", "none")
         if alert.factor == "train_inference" and policy in ("token_tis", "seq_tis"):
@@ -98,18 +112,22 @@ class RemediationPolicy:
                 return [_d("set_routing_replay", {"mode": "R3"},
                            f"{why} → R2 did not hold: replay the rollout's routes (R3)",
                            alert)]  # fmt: skip
-            return self.fix(replace(alert, factor="train_inference"), controls)
+            return self.fix(replace(alert, factor="train_inference"), controls, context)
         if alert.factor == "optimisation":
-            return [self._lower_lr(alert, controls, why)]
+            return [self._lower_lr(alert, controls, context, why)]
         return []
 
-    def _lower_lr(self, alert: Alert, controls: Mapping[str, Any], why: str) -> ActionDraft:
+    def _lower_lr(
+        self, alert: Alert, controls: Mapping[str, Any], context: Sequence[Alert], why: str
+    ) -> ActionDraft:
         """Cap the lr at lr_factor × its pre-episode value (the baseline of a rising-lr
-        alert, else the current lr; a cap already set is lowered from)."""
+        alert, this one or an open one, else the current lr; a cap already set is
+        lowered from)."""
         c = self.cfg
         lr = controls.get("lr")
-        if alert.metric == "optim/lr" and alert.baseline == alert.baseline:  # not NaN
-            lr = alert.baseline
+        rising = next((a for a in (alert, *context) if a.metric == "optim/lr"), None)
+        if rising is not None and rising.baseline == rising.baseline:  # not NaN
+            lr = rising.baseline
         if controls.get("lr_cap") is not None:
             lr = min(float(lr), float(controls["lr_cap"])) if lr is not None else None
         if lr is None:
@@ -146,7 +164,7 @@ class RemediationPolicy:
             drafts.append(_d("rollback", {},
                              f"{a.detector} (critical): {a.message} → breakdown: roll back to "
                              "the last healthy checkpoint before the episode", a))  # fmt: skip
-            drafts += self.fix(blamed, controls)
+            drafts += self.fix(blamed, controls, [*open_alerts, *eligible])
         for a in eligible:
             if a.severity == "warning" and a.factor in PRECURSOR_FACTORS:
                 drafts += self.settle(a, controls)

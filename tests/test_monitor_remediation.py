@@ -75,7 +75,14 @@ def test_a_breakdown_rolls_back_and_fixes_its_factor_escalating_each_time():
     assert decide([ti], with_(is_policy="icepop"))[0] == [rollback]  # nothing left to automate
     st = crit("staleness")
     assert decide([st], with_(mini_batches=8))[0] == [rollback, ("set_mini_batches", {"n": 4})]
-    assert decide([st], with_(clip=False, mini_batches=8))[0][1][0] == "set_clip"
+    # clipping alone does not undo 8×: back on, and the next step of the recipe too
+    assert [k for k, _ in decide([st], with_(clip=False, mini_batches=8))[0]] == [
+        "rollback",
+        "set_clip",
+        "set_mini_batches",
+    ]
+    ti_off = decide([ti], with_(mini_batches=8))[0]  # IS off: turning it on is the fix
+    assert ti_off == [rollback, ("set_is_correction", {"enabled": True, "cap": 5.0})]
     ro = crit("routing")
     assert decide([ro], with_(mini_batches=4))[0][1] == ("set_routing_replay", {"mode": "R3"})
     assert decide([ro], with_(mini_batches=2, routing_replay="R2"))[0][1] == (
@@ -96,8 +103,11 @@ def test_an_optimisation_breakdown_caps_the_lr_at_half_its_pre_episode_value():
                     baseline=2e-4, window=30, factor="optimisation", message="lr rose",
                     remedy="r", id=5, step=48)  # fmt: skip
     cause = crit("optimisation", value=3.0)
+    # a breakdown blamed on the optimisation with the lr rising: half the lr before it rose
     kinds, _ = decide([cause], with_(lr=1e-3), open_alerts=[lr_rise])
-    assert kinds == [("rollback", {}), ("set_lr_cap", {"lr": 5e-4})]  # no baseline: 0.5 × lr
+    assert kinds == [("rollback", {}), ("set_lr_cap", {"lr": 1e-4})]
+    kinds, _ = decide([cause], with_(lr=1e-3))  # no rising lr known: half the current one
+    assert kinds == [("rollback", {}), ("set_lr_cap", {"lr": 5e-4})]
     kinds, _ = decide([lr_rise.__class__(**{**vars(lr_rise), "severity": "critical",
                                              "detector": "breakdown", "id": 6})],
                       with_(lr=1e-3))  # fmt: skip

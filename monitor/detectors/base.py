@@ -92,5 +92,9 @@ class Gate:
         self.open, self.severity, self._calm, self._cleared_at = False, None, 0, step
         return True
 
+    def calm_now(self, step: int) -> None:
+        """Close at once (the detector decided the alert is over), cooldown from here."""
+        self.open, self.severity, self._calm, self._cleared_at = False, None, 0, step
+
     def not_calm(self) -> None:
         self._calm = 0

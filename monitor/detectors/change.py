@@ -29,6 +29,7 @@ class ChangeDetector:
         self._history: deque[float] = deque(maxlen=rule.window + rule.gap)
         self._recent: deque[float] = deque(maxlen=rule.recent)
         self._gate = Gate(rule.persist, rule.clear_after, rule.cooldown)
+        self._open_for = 0  # points since the open alert fired
 
     def _read(self, x: float) -> float:
         r = self.rule
@@ -63,9 +64,17 @@ class ChangeDetector:
         s = self.score()
         holds = s is not None and s[0] >= r.z and s[1] >= r.min_change
         out: list[AlertDraft | Cleared] = []
+        if self._gate.open:
+            self._open_for += 1
+            if self._open_for >= r.rebase_after:  # a new level that held: the new normal
+                self._gate.calm_now(step)
+                self._history.clear()
+                self._n = r.warmup
+                return [Cleared(self.name, r.metric)]
         if holds:
             assert s is not None
             if self._gate.fire(step, "warning"):
+                self._open_for = 0
                 out.append(self._draft(step, x, *s))
             return out  # a holding value never enters the baseline
         if self._gate.open:

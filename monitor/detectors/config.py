@@ -122,6 +122,10 @@ class ChangeRule:
     z_clear: float = 3.0
     clear_after: int = 5
     cooldown: int = 20
+    rebase_after: int = 30
+    """An alert still open after this many points clears: the new level held without a
+    breakdown (or after a fix), so it becomes the run's new normal and the baseline is
+    learned again from the next points."""
     enabled: bool = True
 
 
