@@ -19,12 +19,13 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
+import logging
 import os
 import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -81,12 +82,16 @@ def init() -> None:
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s()))
 
 
-def run_ranks(main: Callable[[], int]) -> int:
-    """Run `main` on rank 0 and `serve` on the others; the exit code of this rank.
+def run_ranks(main: Callable[[], int]) -> NoReturn:
+    """Run `main` on rank 0 and `serve` on the others, then end this process with its
+    exit code.
 
-    Rank 0 tells the others to exit when `main` returns. A failure on any rank is
-    reported once (`report_failure`) and ends this process at once: its peers then fail
-    at their next collective, or torchrun stops them.
+    Rank 0 tells the others to exit when `main` returns; all leave together. A failure
+    on any rank is reported once (`report_failure`) and ends this process at once: its
+    peers then fail at their next collective, or torchrun stops them. The process ends by
+    os._exit after an orderly teardown: gloo's threads can abort the interpreter's own
+    finalisation (SIGABRT, "terminate called without an active exception"), which would
+    turn a finished run into a failed job.
     """
     init()
     me = dist.get_rank()
@@ -106,8 +111,12 @@ def run_ranks(main: Callable[[], int]) -> int:
             report_failure(f"{type(err).__name__}: {err}", trace=traceback.format_exc())
         sys.stderr.flush()
         os._exit(1)  # never wait in a teardown collective for a peer that may be gone
+    dist.barrier()
     dist.destroy_process_group()
-    return code
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def report_failure(message: str, *, user: bool = False, trace: str = "") -> None:

@@ -45,10 +45,12 @@ def launch(command: list[str], nproc: int) -> int:
             print(trace, file=sys.stderr, end="")  # a bug's traceback (not a user error's)
             if cause is None:  # rank 0 ended the run with a non-zero code and said why
                 return next(iter(err.failures.values())).exitcode or 1
-            raise UserError(
-                f"{cause}; the job stopped (the run's store and checkpoints are intact: "
-                "`minirl train --resume` continues from the last checkpoint)"
-            ) from None
+            if command[:1] == ["train"]:
+                cause += (
+                    "; the job stopped (the run's store and checkpoints are intact: "
+                    "`minirl train --resume` continues from the last checkpoint)"
+                )
+            raise UserError(cause) from None
         finally:
             os.environ.pop(ENV_ERRORS, None)
     return 0
