@@ -60,7 +60,12 @@ def test_scores_follow_the_written_definitions():
     s = summarise([score, late, missed, quiet])
     assert (s.caught, s.late, s.missed, s.collapses) == (1, 1, 1, 3)
     assert s.blame_correct == 2 and s.blame_known == 3  # 'missed' blamed nothing
-    assert (s.false_critical, s.stable, s.warnings_per_100_steps) == (1, 1, 1.0)
+    # 2 warnings over the stable run's 200 steps and the 50 healthy steps before the incident
+    assert (s.false_critical, s.stable, s.warnings_per_100_steps) == (1, 1, 0.8)
+    # an alert before the incident is a false alarm on the healthy stretch, not a detection
+    early = [monitors.Fired(20, "warning", "x", "train_inference"), *fired]
+    pre = score_run(run, early)
+    assert (pre.first_alert, pre.healthy_warnings) == (score.first_alert, 1)
 
 
 def test_a_lab_run_store_exports_and_loads_back(tmp_path):

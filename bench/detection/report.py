@@ -25,15 +25,16 @@ def _lead(s: Summary) -> str:
 def summary_table(summaries: dict[str, Summary]) -> list[str]:
     rows = [
         f"| monitor | collapses alerted ≥ {LEAD_GOAL} steps early | median lead (range) | late "
-        "| missed | stable runs with a critical | warnings / 100 steps on stable runs | "
-        "blamed factor = induced cause | survived incidents alerted |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| missed | stable runs with a critical | criticals before an incident | warnings / 100 "
+        "healthy steps | blamed factor = induced cause | survived incidents alerted |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, s in summaries.items():
         wpm = "-" if s.warnings_per_100_steps is None else f"{s.warnings_per_100_steps:.2f}"
         rows.append(
             f"| {TITLES.get(name, name)} | {_frac(s.caught, s.collapses)} | {_lead(s)} | "
-            f"{s.late} | {s.missed} | {_frac(s.false_critical, s.stable)} | {wpm} | "
+            f"{s.late} | {s.missed} | {_frac(s.false_critical, s.stable)} | "
+            f"{s.criticals_before_incident} | {wpm} | "
             f"{_frac(s.blame_correct, s.blame_known)} | {_frac(s.survived_alerted, s.survived)} |"
         )
     return rows

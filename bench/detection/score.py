@@ -7,9 +7,10 @@ factor is the factor of the first critical alert before the onset, else of the w
 before it in the breakdown rule's order (`blame_rank`: a setting, an IS factor, the
 residual, the optimisation's symptoms); *correct* when it is the induced cause (lab
 incident runs). On a stable run: whether any critical alert fired (a false page), and how
-many warnings opened, per 100 steps over all stable runs. Runs whose incident did not end
-in a collapse (`survived`) are counted apart: alerts there are neither hits nor false
-alarms.
+many warnings opened, per 100 steps over all stable runs and the healthy stretch of every
+incident run before its incident (alerts there are false alarms, and never count as an
+early detection). Runs whose incident did not end in a collapse (`survived`) are counted
+apart: alerts after their incident are neither hits nor false alarms.
 """
 
 from __future__ import annotations
@@ -41,9 +42,17 @@ class RunScore:
     criticals: int
     warnings: int
     steps: int
+    healthy_steps: int = 0
+    """Steps of a healthy run, or of an incident run before its incident."""
+    healthy_warnings: int = 0
+    """Warnings on a lab run before its incident (a false alarm like one on a stable run)."""
+    healthy_criticals: int = 0
 
 
 def score_run(run: Run, fired: list[Fired]) -> RunScore:
+    healthy = [f for f in fired if run.incident_step is not None and f.step < run.incident_step]
+    if run.incident_step is not None:  # before its incident a lab run is a healthy run
+        fired = [f for f in fired if f.step >= run.incident_step]
     limit = run.onset if run.onset is not None else 10**9
     first = fired[0] if fired else None
     crit = next((f for f in fired if f.severity == "critical" and f.step <= limit), None)
@@ -65,6 +74,13 @@ def score_run(run: Run, fired: list[Fired]) -> RunScore:
         criticals=sum(f.severity == "critical" for f in fired),
         warnings=sum(f.severity == "warning" for f in fired),
         steps=run.steps,
+        healthy_steps=(
+            run.steps
+            if run.incident_step is None
+            else sum(step < run.incident_step for step, _ in run.stream)
+        ),
+        healthy_warnings=sum(f.severity == "warning" for f in healthy),
+        healthy_criticals=sum(f.severity == "critical" for f in healthy),
     )
 
 
@@ -82,6 +98,9 @@ class Summary:
     stable: int = 0
     stable_steps: int = 0
     warnings_per_100_steps: float | None = None
+    """Over stable runs and the healthy stretch of incident runs before the incident."""
+    criticals_before_incident: int = 0
+    """Incident runs with a critical alert before their incident (a false page)."""
     blame_correct: int = 0
     blame_known: int = 0
     survived: int = 0
@@ -110,12 +129,17 @@ def summarise(scores: list[RunScore]) -> Summary:
                 s.blame_correct += r.blamed == r.cause
         elif r.label == "stable":
             s.stable += 1
-            s.stable_steps += r.steps
             s.false_critical += r.criticals > 0
-            warnings += r.warnings
         else:
             s.survived += 1
             s.survived_alerted += r.first_alert is not None
+        if r.label == "stable":
+            s.stable_steps += r.steps
+            warnings += r.warnings
+        else:  # the healthy stretch before an incident
+            s.stable_steps += r.healthy_steps
+            warnings += r.healthy_warnings
+            s.criticals_before_incident += r.healthy_criticals > 0
     s.leads.sort()
     s.median_lead = statistics.median(s.leads) if s.leads else None
     if s.stable_steps:
