@@ -21,6 +21,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "store": ("bench.store", "run store write throughput and 100k-step load time"),
     "dashboard": ("bench.dashboard_render", "time to first render of a 100k-step run"),
     "coldstart": ("bench.coldstart", "cold start: time and held-out accuracy"),
+    "reliability": ("bench.reliability.cli", "fault injection and fuzzing of every parser"),
     "scale": ("bench.scale", "data-parallel training: 1 vs 2 processes, memory per rank"),
 }
 

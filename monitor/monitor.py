@@ -18,6 +18,7 @@ step boundary, then calls `resolve`) or serve anything itself.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -317,22 +318,29 @@ class Monitor:
         """Record the end of the run (unless it crashed) and close the store. Idempotent."""
         if self._closed:
             return
-        if not self._crashed:
-            with self.store.transaction():
-                self.store.insert_event(self.store.last_step(), "close", {}, time.time())
-        for hook in (self._exporter, self._notifier):
-            closer = getattr(hook, "close", None)
-            if callable(closer):
-                closer()
-        self.store.close()
-        self._closed = True
+        try:  # a full disk fails the event: the store and the hooks are closed all the same
+            if not self._crashed:
+                with self.store.transaction():
+                    self.store.insert_event(self.store.last_step(), "close", {}, time.time())
+        finally:
+            for hook in (self._exporter, self._notifier):
+                closer = getattr(hook, "close", None)
+                if callable(closer):
+                    closer()
+            self.store.close()
+            self._closed = True
 
     def __enter__(self) -> Monitor:
         return self
 
     def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: Any) -> None:
         if exc is not None and not self._closed:
-            self.event("crash", {"error": f"{exc_type.__name__}: {exc}"[:500]})
+            with contextlib.suppress(UserError):  # a full disk: `exc` is the error to see
+                self.event("crash", {"error": f"{exc_type.__name__}: {exc}"[:500]})
+                self._crashed = True
+            with contextlib.suppress(UserError):
+                self.close()
+            return
         self.close()
 
     def _check_open(self) -> None:

@@ -151,7 +151,7 @@ def test_a_full_disk_at_a_checkpoint_is_one_error_and_leaves_no_partial_file(
     monkeypatch.setattr(checkpoints.torch, "save", full)
     assert cli.main(["train", str(config), "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert "step_000002.pt: cannot be written (No space left on device)" in err
+    assert "step_000002.pt: cannot be written (No space left on device; " in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert not list((cfg.resolved_run_dir / "checkpoints").iterdir())
     with RunReader(cfg.resolved_run_dir) as reader:

@@ -12,6 +12,7 @@ monitor do).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
@@ -93,7 +94,9 @@ def save_checkpoint(
         os.replace(tmp, path)
     except (OSError, RuntimeError) as err:  # torch reports a full disk as a RuntimeError
         tmp.unlink(missing_ok=True)
-        why = err.strerror if isinstance(err, OSError) else str(err).splitlines()[0][-120:]
+        why = err.strerror if isinstance(err, OSError) else str(err).splitlines()[0][-80:]
+        with contextlib.suppress(OSError):  # torch's own message does not say "disk full"
+            why += f"; {shutil.disk_usage(folder).free / 1e6:.1f} MB free on its disk"
         raise UserError(
             f"checkpoint {path}: cannot be written ({why}); the earlier checkpoints and the "
             "store are intact; free some space, then resume with --resume"

@@ -306,7 +306,8 @@ def _record_crash(run: RunState, err: BaseException) -> None:
     error = f"weight sync failed: {err}" if sync else f"{type(err).__name__}: {err}"
     with contextlib.suppress(UserError):  # a full disk must not hide the first error
         run.mon.event("crash", {"step": run.step, "error": error})
-    run.mon.close()
+    with contextlib.suppress(UserError):
+        run.mon.close()
     if run.engine is not None:
         run.engine.close()
     if sync:

@@ -84,9 +84,13 @@ def fuzz_operator_token(n: int) -> Tally:
         st.one_of(st.sampled_from(["127.0.0.1", "", "0.0.0.0", "::1", "10.0.0.2"]), _TEXT),
         st.one_of(st.none(), _TEXT),
         st.one_of(st.none(), _TEXT),
-        st.dictionaries(st.sampled_from(["MINIRL_DASHBOARD_REFRESH_S", "MINIRL_DASHBOARD_HOST",
-                                         "MINIRL_DASHBOARD_TOKEN"]), _TEXT),
-    )  # fmt: skip
+        st.dictionaries(
+            st.sampled_from(
+                ["MINIRL_DASHBOARD_REFRESH_S", "MINIRL_DASHBOARD_HOST", "MINIRL_DASHBOARD_TOKEN"]
+            ),
+            _TEXT,
+        ),
+    )
 
     def check(case: tuple, tally: Tally) -> None:
         host, token, entered, env = case
@@ -137,10 +141,19 @@ def fuzz_webhook(n: int) -> Tally:
         {},
         optional={
             k: _VALUES
-            for k in ("detector", "severity", "metric", "value", "baseline", "message",
-                      "remedy", "step", "factor")
+            for k in (
+                "detector",
+                "severity",
+                "metric",
+                "value",
+                "baseline",
+                "message",
+                "remedy",
+                "step",
+                "factor",
+            )
         },
-    )  # fmt: skip
+    )
     cases = st.tuples(
         st.one_of(_TEXT, st.sampled_from(["http://", "http://h:99999/", "https://h/x", "ftp://h"])),
         fields,

@@ -26,25 +26,42 @@ import numpy as np
 from bench.reliability import procs
 from monitor.typed_config import yaml_dump
 
-PHASES = ("start-up", "cold start", "before the first checkpoint", "mid-step",
-          "during a checkpoint write", "during a rollback")  # fmt: skip
+PHASES = (
+    "start-up",
+    "cold start",
+    "before the first checkpoint",
+    "mid-step",
+    "during a checkpoint write",
+    "during a rollback",
+)
 STEPS, ROLLBACK_AT = 8, 6
 
 
 def tiny_config(cache: Path) -> dict:
     """A run of a few seconds: a tiny MoE, 8 steps, a checkpoint every 2."""
     return {
-        "name": "reliability", "seed": 0, "checkpoint_every": 2, "keep_checkpoints": 3,
+        "name": "reliability",
+        "seed": 0,
+        "checkpoint_every": 2,
+        "keep_checkpoints": 3,
         "model": {"arch": "qwen3_moe"},
-        "task": {"kind": "add", "digits": 2, "heldout_size": 16,
-                 "verifier": "bench.reliability.verifiers:starts_with_digit"},
-        "cold_start": {"steps": 4, "stop_at_sampled_acc": None, "batch_size": 16,
-                       "cache_dir": str(cache)},
+        "task": {
+            "kind": "add",
+            "digits": 2,
+            "heldout_size": 16,
+            "verifier": "bench.reliability.verifiers:starts_with_digit",
+        },
+        "cold_start": {
+            "steps": 4,
+            "stop_at_sampled_acc": None,
+            "batch_size": 16,
+            "cache_dir": str(cache),
+        },
         "sampling": {"n": 8, "max_new_tokens": 6},
         "engine": {"inference": "torch", "inference_dtype": "bf16"},
         "train": {"steps": STEPS, "prompts_per_step": 4, "mini_batches": 2},
         "eval": {"every": 2, "samples": 1, "mode": "sampled"},
-    }  # fmt: skip
+    }
 
 
 @dataclass
@@ -111,6 +128,7 @@ def _leftovers(*folders: Path) -> list[str]:
 def run_baselines(work: Path, cache: Path) -> dict[str, dict]:
     """The uninterrupted runs every trial is compared with: plain, and with the rollback."""
     out = {}
+    work.mkdir(parents=True, exist_ok=True)
     for name, flags in (("plain", ()), ("rollback", ("--rollback-at", str(ROLLBACK_AT)))):
         config = work / f"{name}.yaml"
         config.write_text(yaml_dump(tiny_config(cache)))
@@ -154,8 +172,9 @@ def trial(phase: str, work: Path, cache: Path, baselines: dict, rng: random.Rand
     return Trial(phase, detail, ok, lost, dup, bad, left, rerun)
 
 
-def _wait_for_phase(phase: str, proc, run: Path, marker: Path, cache: Path,
-                    rng: random.Random) -> str | None:  # fmt: skip
+def _wait_for_phase(
+    phase: str, proc, run: Path, marker: Path, cache: Path, rng: random.Random
+) -> str | None:
     """Block until the run is in `phase`; what showed it (None: it never got there)."""
 
     def stored(k: int) -> bool:

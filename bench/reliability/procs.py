@@ -51,8 +51,12 @@ def python(code: str, *args: str, log: Path | None = None) -> subprocess.Popen:
             out.close()
 
 
-def wait_for(condition: Callable[[], bool], timeout_s: float, proc: subprocess.Popen | None = None,
-             poll_s: float = 0.005) -> bool:  # fmt: skip
+def wait_for(
+    condition: Callable[[], bool],
+    timeout_s: float,
+    proc: subprocess.Popen | None = None,
+    poll_s: float = 0.005,
+) -> bool:
     """True once `condition()` holds; False on timeout or if `proc` exits first."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

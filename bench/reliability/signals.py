@@ -46,8 +46,13 @@ def dashboard(runs: Path, sig: int, log: Path) -> dict:
         procs.stop(proc)
         procs.reap(kids)
     left = sum(procs.alive(k) for k in kids)
-    return {"ok": gone and closed, "exit": code, "children": len(kids),
-            "children_left": left, "port_left_open": not closed}  # fmt: skip
+    return {
+        "ok": gone and closed,
+        "exit": code,
+        "children": len(kids),
+        "children_left": left,
+        "port_left_open": not closed,
+    }
 
 
 def train(config: Path, run: Path, sig: int, log: Path) -> dict:
@@ -80,17 +85,32 @@ def train(config: Path, run: Path, sig: int, log: Path) -> dict:
     conn.close()
     contiguous = steps == list(range(steps[-1] + 1)) if steps else False
     ok = code == 130 and reasons == ["interrupted"] and not left and resumed == 0 and contiguous
-    return {"ok": ok, "exit": code, "stop_reason": reasons, "children_left":
-            sum(procs.alive(k) for k in kids), "files_left": left, "resume_exit": resumed,
-            "steps_contiguous": contiguous}  # fmt: skip
+    return {
+        "ok": ok,
+        "exit": code,
+        "stop_reason": reasons,
+        "children_left": sum(procs.alive(k) for k in kids),
+        "files_left": left,
+        "resume_exit": resumed,
+        "steps_contiguous": contiguous,
+    }
 
 
 def watch(workdir: Path, sig: int, log: Path) -> dict:
     """Follow a JSONL log being appended (with its Prometheus port), send `sig`."""
     source, run, port = workdir / "live.jsonl", workdir / "watched", procs.free_port()
     source.write_text("".join(json.dumps({"step": s, "loss": 1.0 / s}) + "\n" for s in (1, 2)))
-    proc = procs.minirl("watch", str(source), "--out", str(run), "--poll", "0.05",
-                        "--prometheus-port", str(port), log=log)  # fmt: skip
+    proc = procs.minirl(
+        "watch",
+        str(source),
+        "--out",
+        str(run),
+        "--poll",
+        "0.05",
+        "--prometheus-port",
+        str(port),
+        log=log,
+    )
     try:
         if not procs.wait_for(lambda: procs.port_open(port), TIMEOUT_S, proc):
             return {"ok": False, "why": f"watch never served /metrics (see {log})"}
@@ -105,8 +125,13 @@ def watch(workdir: Path, sig: int, log: Path) -> dict:
     closed = procs.wait_for(lambda: not procs.port_open(port), 15)
     kinds = [k for k, _ in _events(run)]
     ok = code == 0 and closed and kinds[-1] == "close" and not _leftovers(run)
-    return {"ok": ok, "exit": code, "port_left_open": not closed, "last_event": kinds[-1],
-            "children_left": sum(procs.alive(k) for k in kids)}  # fmt: skip
+    return {
+        "ok": ok,
+        "exit": code,
+        "port_left_open": not closed,
+        "last_event": kinds[-1],
+        "children_left": sum(procs.alive(k) for k in kids),
+    }
 
 
 SIGNALS = {"SIGTERM": signal.SIGTERM, "SIGINT": signal.SIGINT}
