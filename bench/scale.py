@@ -41,8 +41,8 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="minirl bench scale", description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=10, help="RL steps per run (part 1)")
     p.add_argument("--updates", type=int, default=4, help="timed engine updates (part 2)")
-    p.add_argument("--rows", type=int, default=16, help="rows of the engine batch (part 2)")
-    p.add_argument("--seq", type=int, default=64, help="tokens per row (part 2)")
+    p.add_argument("--rows", type=int, default=32, help="rows of the engine batch (part 2)")
+    p.add_argument("--seq", type=int, default=128, help="tokens per row (part 2)")
     p.add_argument("--out", default="bench/results/scale.md", help="Markdown output")
     p.add_argument("--engine-job", help=argparse.SUPPRESS)  # part 2, inside each process
     p.add_argument("--ckpt", help=argparse.SUPPRESS)
@@ -55,7 +55,7 @@ def main(argv: list[str]) -> int:
         steps = [_rl_run(Path(tmp) / f"run{i}", i, args.steps) for i in range(3)]
         engine = _engine_runs(Path(tmp), args)
     result = {
-        "command": "minirl bench scale " + shlex.join(argv),
+        "command": shlex.join(["minirl", "bench", "scale", *argv]),
         "cpus": os.cpu_count(),
         "load_avg_start": round(load0, 1),
         "load_avg_end": round(os.getloadavg()[0], 1),
@@ -130,7 +130,7 @@ def _time_updates(args: argparse.Namespace) -> int:
 
     from trainer.engines.config import EngineConfig, OptimConfig
     from trainer.engines.factory import make_training_engine
-    from trainer.engines.fsdp import memory_of
+    from trainer.engines.fsdp import usage_of
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -140,14 +140,22 @@ def _time_updates(args: argparse.Namespace) -> int:
     mask = torch.zeros(args.rows, args.seq)
     mask[:, 8:] = 1  # an 8-token prompt, then the response
     adv = torch.linspace(-1, 1, args.rows)
-    seconds = []
-    for _ in range(args.updates + 1):  # the first is a warm-up
+    per_rank = getattr(policy, "usage_per_rank", None)
+
+    def usage() -> list[dict[str, float]]:
+        return per_rank() if per_rank else [usage_of(policy.model, policy.optimizer)]
+
+    seconds, before = [], None
+    for i in range(args.updates + 1):  # the first is a warm-up
+        if i == 1:
+            before = usage()
         t0 = time.perf_counter()
         logp, _, _ = policy.forward_logprobs(ids, attn, mask)
         policy.step(-(adv[:, None] * logp * mask).sum() / args.rows)
         seconds.append(time.perf_counter() - t0)
-    per_rank = getattr(policy, "memory_per_rank", None)
-    memory = per_rank() if per_rank else [memory_of(policy.model, policy.optimizer)]
+    memory = usage()
+    for m, b in zip(memory, before, strict=True):  # CPU seconds per update, per rank
+        m["cpu_s"] = (m["cpu_s"] - b["cpu_s"]) / args.updates
     update_s = statistics.median(seconds[1:])
     params = sum(p.numel() for p in policy.model.parameters())
     result = {"params": params, "update_s": update_s, "memory": memory}
@@ -207,22 +215,29 @@ def _markdown(r: dict, args: argparse.Namespace) -> str:
         " after a warm-up. Memory in MiB: weights and AdamW state this process holds"
         " (tensor bytes), and its peak RSS (the Python + torch runtime included).",
         "",
-        "| engine | rank | update s | tokens/s | weights | AdamW state | peak RSS |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| engine | rank | update s (wall) | CPU s per update | tokens/s | weights |"
+        " AdamW state | peak RSS |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for label, row in eng.items():
         for rank, m in enumerate(row["memory"]):
             lines.append(
-                f"| {label} | {rank} | {row['update_s']:.2f} | {row['tokens_per_s']:.0f} | "
-                f"{_mb(m['params'])} | {_mb(m['optimizer'])} | {_mb(m['max_rss'])} |"
+                f"| {label} | {rank} | {row['update_s']:.2f} | {m['cpu_s']:.2f} | "
+                f"{row['tokens_per_s']:.0f} | {_mb(m['params'])} | {_mb(m['optimizer'])} | "
+                f"{_mb(m['max_rss'])} |"
             )
     held = [m["params"] + m["optimizer"] for m in sharded["memory"]]
     whole = one["memory"][0]["params"] + one["memory"][0]["optimizer"]
+    cpu = " + ".join(f"{m['cpu_s']:.2f}" for m in sharded["memory"])
     lines += [
         "",
         f"Weights + AdamW state per rank: {_mb(max(held))} MiB sharded vs {_mb(whole)} MiB "
         f"unsharded ({max(held) / whole:.2f}x). Update time, 2 ranks over 1 process: "
-        f"{sharded['update_s'] / one['update_s']:.2f}x. Rank 0 also keeps an unsharded "
+        f"{sharded['update_s'] / one['update_s']:.2f}x; CPU seconds per update "
+        f"{cpu} on 2 ranks vs "
+        f"{one['memory'][0]['cpu_s']:.2f} in one process (on a shared machine wall time"
+        " includes waiting for a core; CPU time is what each core spends). Rank 0 also"
+        " keeps an unsharded "
         "copy of the weights (for the weight sync into the inference engine), not counted"
         " here: gradients and AdamW state, the larger part, stay sharded.",
         "",

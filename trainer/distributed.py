@@ -21,6 +21,7 @@ import datetime
 import json
 import logging
 import os
+import signal
 import sys
 import time
 import traceback
@@ -150,9 +151,12 @@ class Commands:
 
 
 def serve() -> None:
-    """A worker rank: build its shard when told, then run each command on it until exit."""
+    """A worker rank: build its shard when told, then run each command on it until exit.
+    Ctrl-C is rank 0's to handle: it checkpoints the interrupted run (with every rank),
+    then sends exit."""
     from trainer.engines.fsdp import ShardedPolicy
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     shard: ShardedPolicy | None = None
     while True:
         name, args = Commands.receive()

@@ -29,6 +29,7 @@ _QUIET = ("torch.distributed.run", "torch.distributed.elastic", "torch.distribut
 def launch(command: list[str], nproc: int) -> int:
     """Run `minirl *command` (e.g. ["train", CONFIG, ...]) on `nproc` local ranks; the
     job's exit code."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import get_args_parser, run
 
@@ -40,6 +41,10 @@ def launch(command: list[str], nproc: int) -> int:
         os.environ[ENV_ERRORS] = errors
         try:
             run(args)
+        except SignalException as err:  # Ctrl-C or SIGTERM: passed on to the ranks
+            if err.sigval in (signal.SIGINT, signal.SIGTERM):
+                raise KeyboardInterrupt from None
+            raise
         except ChildFailedError as err:
             cause, trace = root_cause(err.failures, Path(errors))
             print(trace, file=sys.stderr, end="")  # a bug's traceback (not a user error's)
@@ -79,7 +84,8 @@ def root_cause(failures: dict[int, Any], errors: Path) -> tuple[str | None, str]
 @contextlib.contextmanager
 def _quiet():
     """torchrun's log lines (its OMP_NUM_THREADS note, the failure report) off."""
-    loggers = [logging.getLogger(name) for name in _QUIET]
+    names = [n for n in logging.root.manager.loggerDict if n.startswith(_QUIET)]
+    loggers = [logging.getLogger(name) for name in [*_QUIET, *names]]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
         lg.setLevel(logging.CRITICAL)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import resource
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -160,10 +161,9 @@ class ShardedPolicy(TorchTrainingEngine):
         self.set_lr_scale(lr_scale)
         self._graph = None
 
-    def memory(self) -> list[dict[str, int]] | None:
-        """Bytes of weights and AdamW state this rank holds, and its peak RSS; the list
-        of every rank's on rank 0."""
-        local = memory_of(self.model, self.optimizer)
+    def usage(self) -> list[dict[str, float]] | None:
+        """`usage_of` this rank; the list of every rank's on rank 0."""
+        local = usage_of(self.model, self.optimizer)
         out: list[Any] | None = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
         dist.gather_object(local, out, dst=0)
         return out
@@ -306,10 +306,11 @@ class FSDPTrainingEngine:
     def optim(self) -> OptimConfig:
         return self.shard.optim
 
-    def memory_per_rank(self) -> list[dict[str, int]]:
-        """Bytes of weights and AdamW state held by each rank."""
-        self._run("memory")
-        out = self.shard.memory()
+    def usage_per_rank(self) -> list[dict[str, float]]:
+        """`usage_of` each rank: the bytes of weights and AdamW state it holds, its peak
+        RSS and CPU seconds so far (for `minirl bench scale`)."""
+        self._run("usage")
+        out = self.shard.usage()
         assert out is not None
         return out
 
@@ -328,14 +329,15 @@ class ShardedState:
         self.engine.shard.save_shards(str(folder))
 
 
-def memory_of(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, int]:
+def usage_of(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, float]:
     """Bytes of `model`'s parameters and `optimizer`'s state in this process (its shards
-    only, if sharded), and the process's peak resident memory."""
+    only, if sharded), the process's peak resident memory and its CPU seconds so far."""
     states = [v for s in optimizer.state.values() for v in s.values()]
     return {
         "params": sum(_local(p).nbytes for p in model.parameters()),
         "optimizer": sum(_local(v).nbytes for v in states if isinstance(v, torch.Tensor)),
         "max_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "cpu_s": time.process_time(),
     }
 
 
