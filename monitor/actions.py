@@ -52,8 +52,11 @@ def _bool(kind: str, key: str, value: Any) -> bool:
 
 def _float(kind: str, key: str, value: Any, ok: Callable[[float], bool], allowed: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise UserError(f"action {kind}: {key} must be a number {allowed}, got {value!r}")
-    value = float(value)
+        raise UserError(f"action {kind}: {key} must be a number {allowed}, got {value!r:.40}")
+    try:
+        value = float(value)
+    except OverflowError:  # an int past float64 (10**400)
+        raise UserError(f"action {kind}: {key} must be {allowed}, got {value!r:.40}") from None
     if not math.isfinite(value) or not ok(value):
         raise UserError(f"action {kind}: {key} must be {allowed}, got {value!r}")
     return value

@@ -15,10 +15,11 @@ from collections.abc import Sequence
 
 from monitor.detectors.config import DropRule
 
-EXIT_OK, EXIT_STOPPED, EXIT_COLLAPSED = 0, 1, 3
+EXIT_OK, EXIT_STOPPED, EXIT_COLLAPSED, EXIT_INTERRUPTED = 0, 1, 3, 130
 """Exit codes of `minirl train`: finished (completed, or a stop action); stopped by a
-fault (non-finite steps, interrupted); completed with a collapse, under --fail-on-collapse.
-(2 is a user error: a bad config, a run dir in use.)"""
+fault (non-finite steps); completed with a collapse, under --fail-on-collapse;
+interrupted (Ctrl-C or SIGTERM, as a shell reports it). (2 is a user error: a bad config,
+a run dir in use.)"""
 
 
 def collapse(steps: Sequence[int], accs: Sequence[float], rule: DropRule) -> str | None:
@@ -37,6 +38,8 @@ def collapse(steps: Sequence[int], accs: Sequence[float], rule: DropRule) -> str
 
 
 def exit_code(stopped: str, collapsed: str | None, fail_on_collapse: bool) -> int:
+    if stopped == "interrupted":
+        return EXIT_INTERRUPTED
     if stopped not in ("completed", "stop action"):
         return EXIT_STOPPED
     return EXIT_COLLAPSED if collapsed and fail_on_collapse else EXIT_OK

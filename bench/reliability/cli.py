@@ -73,6 +73,7 @@ def _faults(work: Path, kills: int, reps: int, log) -> tuple[list[list[Any]], li
         what = f"{w.gaps} gaps, {w.incomplete} incomplete, {w.wrong_values} wrong values"
     add("SIGKILL a `Monitor` writer (tight loop)", w.kills, what, not bad)
     errors = f"{w.lock_errors} lock errors, {len(w.other_read_errors)} other errors"
+    errors += "".join(f"; e.g. {e}" for e in sorted(set(w.other_read_errors))[:2])
     clean = w.lock_errors == 0 and not w.other_read_errors
     add(
         "readers polling the store being written (RunReader, analyze, export)",

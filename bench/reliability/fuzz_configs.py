@@ -80,8 +80,17 @@ def config_paths() -> list[str]:
 
 
 def scalar_texts() -> st.SearchStrategy[str]:
-    """YAML scalar texts: numbers of every size and sign, hostile forms, quoted text."""
+    """YAML scalar texts: plausible small numbers and booleans (so that some documents
+    pass and reach the sections' own checks), numbers of every size and sign, hostile
+    forms, quoted text."""
+    plausible = st.one_of(
+        st.integers(1, 64).map(str),
+        st.floats(0.001, 1.0).map(repr),
+        st.sampled_from(["true", "false"]),
+    )
     return st.one_of(
+        plausible,
+        plausible,
         st.sampled_from(HOSTILE_SCALARS),
         st.integers(-(2**70), 2**70).map(str),
         st.floats(allow_nan=True, allow_infinity=True).map(repr),

@@ -54,12 +54,25 @@ def fuzz_action_requests(n: int) -> Tally:
     then read back through `RunReader.actions`."""
     from monitor import RunReader, request_action
 
-    requests = st.tuples(
+    hostile = st.tuples(
         st.one_of(st.sampled_from(KINDS), _TEXT),
         st.one_of(st.none(), st.dictionaries(_PARAM_KEYS, _VALUES, max_size=3), _VALUES),
         _TEXT,
         st.one_of(st.none(), st.integers(-(2**70), 2**70)),
     )
+    plausible = st.tuples(  # what the form sends, with numbers anywhere in their range
+        st.sampled_from(["scale_lr", "set_lr_cap", "set_mini_batches", "rollback", "stop"]),
+        st.one_of(
+            st.fixed_dictionaries({"factor": _NUMBERS}),
+            st.fixed_dictionaries({"lr": _NUMBERS}),
+            st.fixed_dictionaries({"n": _NUMBERS}),
+            st.fixed_dictionaries({"step": _NUMBERS}),
+            st.none(),
+        ),
+        st.text(min_size=1, max_size=30),
+        st.none(),
+    )
+    requests = st.one_of(plausible, hostile)
     with tempfile.TemporaryDirectory(prefix="fuzz-actions-") as tmp:
         run = _store(Path(tmp))
 
@@ -175,10 +188,15 @@ def fuzz_monitor_writer(n: int) -> Tally:
     """What a training script hands `Monitor`: steps, metric names, values, event details."""
     from monitor import Monitor, RunReader
 
+    names = st.one_of(st.from_regex(r"[a-z]{1,6}/[a-z_]{1,8}", fullmatch=True), _TEXT)
     logs = st.lists(
         st.tuples(
-            st.one_of(st.integers(-5, 2**64), st.sampled_from([2**53, 2**53 + 1, 1.5, "3"])),
-            st.dictionaries(_TEXT, st.one_of(_NUMBERS, _TEXT, st.none()), max_size=3),
+            st.one_of(
+                st.integers(0, 10_000),
+                st.integers(-5, 2**64),
+                st.sampled_from([2**53, 2**53 + 1, 1.5, "3"]),
+            ),
+            st.dictionaries(names, st.one_of(st.floats(), _NUMBERS, _TEXT), max_size=3),
         ),
         min_size=1,
         max_size=4,

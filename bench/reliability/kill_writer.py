@@ -91,10 +91,14 @@ def _poll(run: Path, stop: threading.Event, result: WriterResult, lock: threadin
                 _count(error, result)
 
 
+NOT_YET = ("no run store", "(empty database)")
+"""Before the first writer has created the store (its file, then its tables): no run yet."""
+
+
 def _count(error: str, result: WriterResult) -> None:
     if "locked" in error or "busy" in error:
         result.lock_errors += 1
-    elif "no run store" not in error:  # before the first writer made it
+    elif not any(text in error for text in NOT_YET):
         result.other_read_errors.append(error[:200])
 
 
