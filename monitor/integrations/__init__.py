@@ -4,8 +4,13 @@ trainer's package only when used, so the monitor's core install stays torch-free
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Iterable, Mapping
 from typing import Any
+
+from monitor.records import Alert
+
+log = logging.getLogger("minirl.monitor")
 
 
 def numeric_logs(logs: Mapping[str, Any]) -> dict[str, float]:
@@ -21,3 +26,11 @@ def numeric_logs(logs: Mapping[str, Any]) -> dict[str, float]:
         if isinstance(value, int | float) and not isinstance(value, bool):
             out[str(name)] = float(value)
     return out
+
+
+def warn_alerts(alerts: Iterable[Alert]) -> None:
+    """Each alert the monitor raised, as one warning in the trainer's own log."""
+    for alert in alerts:
+        log.warning(
+            "minirl step %d: %s %s: %s", alert.step, alert.severity, alert.detector, alert.message
+        )

@@ -19,16 +19,13 @@ warning.
 from __future__ import annotations
 
 import functools
-import logging
 import os
 from typing import Any
 
 from monitor.errors import UserError
 from monitor.import_cli import rename
-from monitor.integrations import numeric_logs
+from monitor.integrations import log, numeric_logs, warn_alerts
 from monitor.schema import store_path
-
-log = logging.getLogger("minirl.monitor")
 
 
 def _args_config(args: Any) -> dict[str, Any]:
@@ -91,14 +88,7 @@ def _callback_class() -> type:
                 row = rename(row, self.renamed)
             step = max(self.step, int(state.global_step))
             try:
-                for alert in self.mon.log(step, row):
-                    log.warning(
-                        "minirl step %d: %s %s: %s",
-                        alert.step,
-                        alert.severity,
-                        alert.detector,
-                        alert.message,
-                    )
+                warn_alerts(self.mon.log(step, row))
             except Exception as err:  # monitoring must not stop training
                 log.warning("minirl monitor could not log step %d: %r", step, err)
 

@@ -20,18 +20,16 @@ code in verl's process at all, is `trainer.logger='[console,tensorboard]'` follo
 
 from __future__ import annotations
 
-import logging
 import os
 from pathlib import Path
 from typing import Any
 
 from monitor.import_cli import rename
-from monitor.integrations import numeric_logs
+from monitor.integrations import log, numeric_logs, warn_alerts
 from monitor.schema import store_path
 
 BACKEND = "minirl"
 RUN_DIR_ENV = "MINIRL_RUN_DIR"
-log = logging.getLogger("minirl.monitor")
 
 
 class MinirlLogger:
@@ -65,14 +63,7 @@ class MinirlLogger:
             if self._first and last is not None and step <= last:  # resumed from a checkpoint
                 self.mon.truncate_after(step - 1)
             self._first = False
-            for alert in self.mon.log(int(step), row):
-                log.warning(
-                    "minirl step %d: %s %s: %s",
-                    alert.step,
-                    alert.severity,
-                    alert.detector,
-                    alert.message,
-                )
+            warn_alerts(self.mon.log(int(step), row))
         except Exception as err:  # monitoring must not stop training
             log.warning("minirl monitor could not log step %s: %r", step, err)
 
