@@ -11,6 +11,8 @@ import pathlib
 import subprocess
 import sys
 
+from torchless_cli import run_cli
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGES = ("minirl", "monitor", "dashboard", "trainer", "bench", "app")
 FORBIDDEN = {
@@ -148,21 +150,13 @@ def test_no_source_file_over_400_lines():
 
 
 def test_cli_help_does_not_load_torch():
-    code = (
-        "import sys; from app.cli import main; main(['--help']); "
-        "assert 'torch' not in sys.modules, 'torch loaded'"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    out = run_cli("--help")
     assert out.returncode == 0, out.stderr
     assert "analyze" in out.stdout
 
 
 def test_bench_help_lists_every_benchmark_without_loading_torch():
-    code = (
-        "import sys; from bench.cli import main; rc = main(['--help']); "
-        "assert 'torch' not in sys.modules, 'torch loaded'; sys.exit(rc)"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    out = run_cli("--help", cli="bench.cli")
     assert out.returncode == 0, out.stderr
     for name in ("stability", "detection", "speed", "vllm", "store", "dashboard", "coldstart"):
         assert f"\n  {name} " in out.stdout
