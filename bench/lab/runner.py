@@ -27,7 +27,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from bench import REPO
 from bench.lab.manifest import (
@@ -225,6 +225,16 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
+def _spawn(cmd: list[str], log: IO[str], note: str, cwd: Path, **popen: Any) -> subprocess.Popen:
+    """Start `cmd` with stdout and stderr appended to `log`, after a line saying when and
+    what (`note` goes after the time); no stdin."""
+    log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')}{note}: {' '.join(cmd)}\n")
+    log.flush()
+    return subprocess.Popen(
+        cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd, **popen
+    )
+
+
 def _start(lab_dir: Path, manifest: Manifest, spec: RunSpec, python: str, say: Any) -> _Child:
     state = manifest.states[spec.key]
     run_dir = Path(spec.run_dir)
@@ -235,19 +245,7 @@ def _start(lab_dir: Path, manifest: Manifest, spec: RunSpec, python: str, say: A
     log_file = log_path(lab_dir, spec.key)
     log_file.parent.mkdir(parents=True, exist_ok=True)
     log = log_file.open("a")
-    log.write(
-        f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} attempt {state.attempts + 1}: "
-        f"{' '.join(cmd)}\n"
-    )
-    log.flush()
-    proc = subprocess.Popen(
-        cmd,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        cwd=REPO,
-        preexec_fn=_die_with_parent,
-    )
+    proc = _spawn(cmd, log, f" attempt {state.attempts + 1}", REPO, preexec_fn=_die_with_parent)
     state.status, state.pid = "running", proc.pid
     state.attempts += 1
     say(f"{'resume' if resume else 'start '} {spec.key} (attempt {state.attempts}, pid {proc.pid})")
@@ -313,16 +311,7 @@ def detach(lab_dir: Path, bench_argv: list[str], status: str) -> int:
     rest = [a for a in bench_argv if a != "--background"]
     cmd = [sys.executable, "-m", "app.cli", "bench", *rest]
     with log.open("a") as fh:
-        fh.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(cmd)}\n")
-        fh.flush()
-        proc = subprocess.Popen(
-            cmd,
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            cwd=Path.cwd(),
-            start_new_session=True,
-        )
+        proc = _spawn(cmd, fh, "", Path.cwd(), start_new_session=True)
     print(f"running in the background (pid {proc.pid}); log {log}")
     print(f"progress: {status}")
     print(f"stop it with: kill -INT {proc.pid}   (runs stop at a checkpoint; rerun to resume)")
