@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from monitor import actions as action_kinds
 from monitor import schema
+from monitor.damage import reading, reads
 from monitor.errors import UserError
 from monitor.histograms import HistogramRow
 from monitor.records import Action, Alert, AlertDraft
@@ -110,7 +111,8 @@ class RunStore:
                 if "full" in str(err):
                     raise UserError(f"{path}: cannot write ({err}); free some space") from None
                 raise
-        return cls(path, conn)
+        with reading(path, "metric names"):  # a damaged store: one line, not a traceback
+            return cls(path, conn)
 
     # -- transactions
     @contextlib.contextmanager
@@ -143,10 +145,12 @@ class RunStore:
             "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, _json(value))
         )
 
+    @reads("meta")
     def meta_json(self, key: str) -> Any:
         row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return None if row is None else json.loads(row[0])
 
+    @reads("meta")
     def run_id(self) -> str:
         return self._conn.execute("SELECT value FROM meta WHERE key = 'run_id'").fetchone()[0]
 
@@ -190,6 +194,7 @@ class RunStore:
             ),
         )
 
+    @reads("steps")
     def last_step(self) -> int | None:
         return self._conn.execute("SELECT max(step) FROM steps").fetchone()[0]
 
@@ -281,6 +286,7 @@ class RunStore:
         self._conn.execute("UPDATE alerts SET cleared_step = NULL WHERE cleared_step > ?", (step,))
         return counts
 
+    @reads("scalars")
     def recent_scalars(self, first_step: int) -> list[tuple[int, dict[str, float]]]:
         """Every scalar of steps ≥ `first_step`, grouped by step (to rebuild detectors)."""
         out: dict[int, dict[str, float]] = {}

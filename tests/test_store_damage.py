@@ -140,3 +140,14 @@ def test_damaged_stores_fuzzed():
     tally = fuzz_damaged_stores(200)
     assert tally.tracebacks == 0 and tally.bad_messages == 0, "\n".join(tally.failures)
     assert tally.notes["repaired"] > 150 and tally.notes["analyze: read"] > 100
+
+
+def test_resuming_a_writer_on_a_damaged_store_is_one_line(runs):
+    from monitor import Monitor
+
+    conn = sqlite3.connect(runs / "damaged" / "store.sqlite")
+    conn.execute("UPDATE meta SET value = '{bad' WHERE key = 'started'")
+    conn.commit()
+    conn.close()
+    with pytest.raises(StoreDamaged, match=r"meta unreadable .*minirl repair"):
+        Monitor(runs / "damaged", resume=True)  # was: JSONDecodeError (train --resume)
