@@ -59,6 +59,25 @@ class Setup:
         """Example set i: the same prompts for every arm and trainer that uses index i."""
         return self.task.sample_train(self.cfg.train.prompts_per_step, seed=f"speed:{i}")
 
+    def rl_step(self, examples: list, i: int, engine: Any, diagnostics: bool) -> Any:
+        """`rl_step` of the current policy on `examples` (seed i) through `engine`, with the
+        run config's sampling, controls and advantage settings."""
+        from trainer.step import rl_step
+
+        tc = self.cfg.train
+        return rl_step(
+            examples,
+            self.policy,
+            engine,
+            self.task,
+            self.controls,
+            self.cfg.sampling,
+            seed=i,
+            advantage_baseline=tc.advantage_baseline,
+            advantage_std_norm=tc.advantage_std_norm,
+            diagnostics=diagnostics,
+        )
+
 
 def make_setup(cfg: Any, threads: int) -> Setup:
     import torch
@@ -81,24 +100,10 @@ def make_setup(cfg: Any, threads: int) -> Setup:
 
 def timed_step(s: Setup, i: int, diagnostics: bool, mon: Any, step: int) -> dict[str, float]:
     """One `rl_step` on example set i (seed i) from the snapshot weights, logged to `mon`."""
-    from trainer.step import rl_step
-
-    tc = s.cfg.train
     s.policy.load_state_dict(s.snapshot)
     examples = s.examples(i)
     c0, t0 = time.process_time(), time.perf_counter()
-    result = rl_step(
-        examples,
-        s.policy,
-        s.engine,
-        s.task,
-        s.controls,
-        s.cfg.sampling,
-        seed=i,
-        advantage_baseline=tc.advantage_baseline,
-        advantage_std_norm=tc.advantage_std_norm,
-        diagnostics=diagnostics,
-    )
+    result = s.rl_step(examples, i, s.engine, diagnostics)
     t1 = time.perf_counter()
     mon.log(step, result.scalars, result.distributions)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0

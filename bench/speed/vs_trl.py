@@ -118,26 +118,12 @@ def _user_paths() -> list[str]:
 def _ours_round(s: Setup, engine: Any, steps: int, mon: Any, first: int) -> list[dict]:
     """Our loop's per-step work (rl_step, verified weight sync, Monitor.log) for `steps`
     rollouts from the cold-start weights, on TRL's example sets 0..steps-1."""
-    from trainer.step import rl_step
-
-    tc = s.cfg.train
     s.policy.load_state_dict(s.snapshot)
     engine.update_weights(s.policy.model)
     rows = []
     for i in range(steps):
         c0, t0 = time.process_time(), time.perf_counter()
-        result = rl_step(
-            s.examples(i),
-            s.policy,
-            engine,
-            s.task,
-            s.controls,
-            s.cfg.sampling,
-            seed=i,
-            advantage_baseline=tc.advantage_baseline,
-            advantage_std_norm=tc.advantage_std_norm,
-            diagnostics=tc.diagnostics,
-        )
+        result = s.rl_step(s.examples(i), i, engine, s.cfg.train.diagnostics)
         t1 = time.perf_counter()
         engine.update_weights(s.policy.model)
         t2 = time.perf_counter()
