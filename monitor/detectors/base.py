@@ -45,6 +45,13 @@ def robust_z(x: float, history: Iterable[float], sigma_floor: float) -> tuple[fl
     return (x - med) / scale, med, scale
 
 
+def reading(scalars: Mapping[str, float], metric: str) -> float | None:
+    """`metric`'s value at this step, or None when it is not logged or not finite (a NaN
+    or an inf is the non-finite detector's business, not a level, a change or a drop)."""
+    x = scalars.get(metric)
+    return x if x is not None and math.isfinite(x) else None
+
+
 def fmt(value: float) -> str:
     """Numbers in messages: 3 significant digits, readable for 1e-5 and 1e5 alike."""
     return f"{value:.3g}" if math.isfinite(value) else str(value)

@@ -15,7 +15,7 @@ import math
 from collections import deque
 from collections.abc import Mapping
 
-from monitor.detectors.base import Gate, fmt, median, robust_z
+from monitor.detectors.base import Gate, fmt, median, reading, robust_z
 from monitor.detectors.config import ChangeRule
 from monitor.records import AlertDraft, Cleared
 
@@ -55,8 +55,8 @@ class ChangeDetector:
 
     def update(self, step: int, scalars: Mapping[str, float]) -> list[AlertDraft | Cleared]:
         r = self.rule
-        x = scalars.get(r.metric)
-        if x is None or not math.isfinite(x):
+        x = reading(scalars, r.metric)
+        if x is None:
             return []
         self._n += 1
         v = self._read(x)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from monitor.detectors.base import Gate, fmt
+from monitor.detectors.base import Gate, fmt, reading
 from monitor.detectors.config import DropRule
 from monitor.records import AlertDraft, Cleared, Severity
 
@@ -31,8 +31,8 @@ class DropDetector:
 
     def update(self, step: int, scalars: Mapping[str, float]) -> list[AlertDraft | Cleared]:
         r = self.rule
-        x = scalars.get(r.metric)
-        if x is None or not math.isfinite(x):
+        x = reading(scalars, r.metric)
+        if x is None:
             return []
         self._n += 1
         self._ewma = x if self._n == 1 else r.ewma_alpha * x + (1 - r.ewma_alpha) * self._ewma

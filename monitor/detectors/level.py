@@ -8,10 +8,9 @@ levels with a meaning of their own (the share of tokens past the IS cap) warn.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
-from monitor.detectors.base import Gate, fmt
+from monitor.detectors.base import Gate, fmt, reading
 from monitor.detectors.config import LevelRule
 from monitor.records import AlertDraft, Cleared
 
@@ -25,8 +24,8 @@ class LevelDetector:
 
     def update(self, step: int, scalars: Mapping[str, float]) -> list[AlertDraft | Cleared]:
         r = self.rule
-        x = scalars.get(r.metric)
-        if x is None or not math.isfinite(x):
+        x = reading(scalars, r.metric)
+        if x is None:
             return []
         high = r.direction == "high"
         if x >= r.level if high else x <= r.level:
