@@ -32,6 +32,13 @@ def rename(row: dict[str, float], renamed: dict[str, str]) -> dict[str, float]:
     return out
 
 
+def say_renamed(renamed: dict[str, str]) -> None:
+    """Print what `rename` mapped, one line (nothing when nothing was renamed)."""
+    if renamed:
+        pairs = ", ".join(f"{a} -> {b}" for a, b in sorted(renamed.items()))
+        print(f"renamed {len(renamed)} metric(s) onto minirl's names: {pairs}")
+
+
 def _summary(parsed: Parsed) -> str:
     skipped = f"{parsed.garbage} garbage {parsed.unit}(s) of {parsed.units} skipped"
     if parsed.examples:
@@ -92,9 +99,7 @@ def main(argv: list[str]) -> int:
         f"imported {len(steps)} steps, {parsed.n_values} values of {len(names)} metrics "
         f"from {args.file} ({fmt}) into {args.out}; {n_alerts} alert(s) raised"
     )
-    if renamed:
-        pairs = ", ".join(f"{a} -> {b}" for a, b in sorted(renamed.items()))
-        print(f"renamed {len(renamed)} metric(s) onto minirl's names: {pairs}")
+    say_renamed(renamed)
     if parsed.garbage:
         print(f"warning: {_summary(parsed)}", file=sys.stderr)
     if parsed.non_numeric:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from monitor.errors import UserError
+from monitor.import_cli import say_renamed
 from monitor.reader import RunReader
 from monitor.schema import store_path
 from monitor.watch.loop import SOURCE_KEY, STATE_KEY, Watcher
@@ -225,9 +226,7 @@ def _summary(watcher: Watcher, out: Path) -> None:
         f"{c.alerts} alert(s) raised",
         flush=True,
     )
-    if c.renamed:
-        pairs = ", ".join(f"{a} -> {b}" for a, b in sorted(c.renamed.items()))
-        print(f"renamed {len(c.renamed)} metric(s) onto minirl's names: {pairs}")
+    say_renamed(c.renamed)
     if c.late:
         print(f"note: {c.late} value(s) of steps already stored were skipped", file=sys.stderr)
     if c.garbage:
