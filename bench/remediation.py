@@ -211,7 +211,7 @@ def write(pairs: list[Pair], command: str, out: Path) -> None:
     out.write_text("\n".join(lines) + "\n")
     obj = {
         "command": command,
-        "pairs": [_pair_json(p) for p in pairs if not p.stable],
+        "pairs": [_pair_json(p) for p in pairs],
         "stable": [
             {"config": p.config, "seed": p.seed, "actions": len(p.on.actions),
              "final_acc_off": p.off.final_acc, "final_acc_on": p.on.final_acc}
