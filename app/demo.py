@@ -20,6 +20,7 @@ from pathlib import Path
 
 from monitor import RunReader
 from monitor.errors import UserError
+from monitor.typed_config import add_set_option
 from trainer.config import RunConfig, load_config
 
 DEMO_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "demo.yaml"
@@ -28,14 +29,7 @@ DEMO_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "demo.yaml"
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="minirl demo", description=__doc__.splitlines()[0])
     p.add_argument("--config", default=str(DEMO_CONFIG), help="run config (default: the demo's)")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config key (repeatable)",
-    )
+    add_set_option(p, help="override a config key (repeatable)")
     p.add_argument("--runs-dir", default="runs", help="folder of runs the dashboard shows")
     p.add_argument("--steps", type=int, default=None, help="RL steps (default: the config's)")
     p.add_argument(

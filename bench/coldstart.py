@@ -16,6 +16,8 @@ import json
 import tempfile
 import time
 
+from monitor.typed_config import add_set_option
+
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
@@ -24,7 +26,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "config", nargs="?", default=None, help="run config YAML (default: built-in defaults)"
     )
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    add_set_option(parser, "set")
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
     args = parser.parse_args(argv)
 

@@ -27,6 +27,8 @@ import statistics
 import time
 from pathlib import Path
 
+from monitor.typed_config import add_set_option
+
 # (label, backend, inference_dtype, weight_quant, torch threads: None = --threads)
 VARIANTS = [
     ("PyTorch fp32", "torch", "fp32", "none", None),
@@ -114,7 +116,7 @@ def table(rows: list[dict]) -> str:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="minirl bench vllm", description=__doc__.split("\n")[0])
     parser.add_argument("config", nargs="?", default=None, help="run config YAML")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    add_set_option(parser, "set")
     parser.add_argument("--prompts", type=int, default=64, help="prompts per rollout")
     parser.add_argument("--repeats", type=int, default=5, help="timed rollouts per engine")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (PyTorch side)")

@@ -29,6 +29,7 @@ from bench.lab.settings import (
     lab_specs,
 )
 from monitor.errors import UserError
+from monitor.typed_config import add_set_option
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -41,14 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--settings", help="comma-separated settings (default: the whole matrix)")
     p.add_argument("--seeds", type=int, help=f"seeds per setting (full: {FULL_SEEDS})")
     p.add_argument("--steps", type=int, help=f"RL steps per run (full: {FULL_STEPS})")
-    p.add_argument(
-        "--set",
-        dest="extra",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config key in every run (repeatable)",
-    )
+    add_set_option(p, "extra", "override a config key in every run (repeatable)")
     p.add_argument("--lab-dir", help="where the runs go (default runs/lab or runs/lab-quick)")
     p.add_argument("--jobs", type=int, default=1, help="runs at a time (default 1: 2 cores)")
     p.add_argument(

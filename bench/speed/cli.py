@@ -38,6 +38,7 @@ from bench.speed.fixture import QUICK, Effort, make_setup, say
 from bench.speed.report import machine_facts, render
 from bench.speed.vs_trl import setup_trl_venv, trl_comparison, trl_python
 from monitor.errors import UserError
+from monitor.typed_config import add_set_option
 
 PARTS = ("diagnostics", "trl", "vllm", "store")
 
@@ -45,7 +46,7 @@ PARTS = ("diagnostics", "trl", "vllm", "store")
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="minirl bench speed", description=__doc__.split("\n")[0])
     p.add_argument("config", nargs="?", default=str(REPO / "configs" / "demo.yaml"))
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    add_set_option(p, "set")
     p.add_argument("--quick", action="store_true", help="a minute or two: few repetitions")
     p.add_argument(
         "--skip",
