@@ -51,10 +51,10 @@ AFTER_UPDATE = [
 ]
 
 
-def _launch(config: Path, run_dir: Path, *extra: str) -> subprocess.Popen:
+def _launch(config: Path, run_dir: Path, nproc: int = 2) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "app.cli", "train", str(config), "--run-dir", str(run_dir)]
     return subprocess.Popen(
-        [*cmd, "--nproc", "2", "--quiet", *extra],
+        [*cmd, "--nproc", str(nproc), "--quiet"],
         cwd=ROOT,
         env=ENV,
         stdout=subprocess.PIPE,
@@ -105,24 +105,19 @@ def test_two_ranks_train_like_one_and_resume_in_one(tiny_config, tmp_path):
             rtol = 1e-5 if (step == 1 and name in ("optim/loss", "optim/grad_norm")) else 1e-3
             assert _close(a[step], b[step], rtol), (name, step, a[step], b[step])
 
-    # sharded checkpoints: one file of shards per rank, committed by the .pt beside them
+    # sharded checkpoints: one file of shards per rank, committed by the .pt naming them
     ckpts = two / "checkpoints"
-    assert sorted(p.name for p in ckpts.iterdir()) == [
-        "step_000002.dcp",
-        "step_000002.pt",
-        "step_000003.dcp",
-        "step_000003.pt",
-    ]
-    assert {"__0_0.distcp", "__1_0.distcp", ".metadata"} <= {
-        p.name for p in (ckpts / "step_000003.dcp").iterdir()
-    }
+    assert sorted(p.name for p in ckpts.glob("*.pt")) == ["step_000002.pt", "step_000003.pt"]
+    shards = sorted(ckpts.glob("*.dcp"))
+    assert [p.name.split(".")[0] for p in shards] == ["step_000002", "step_000003"]
+    assert {"__0_0.distcp", "__1_0.distcp", ".metadata"} <= {p.name for p in shards[1].iterdir()}
 
     # resume 2 -> 1: without the step-3 checkpoint, one process redoes step 3 from the
     # 2-rank checkpoint of step 2 (weights, AdamW, RNG) and gets what the 2 ranks got
     logged = {name: _values(two, name)[3] for name in ("optim/loss", "optim/grad_norm")}
     logged.update({name: _values(two, name)[3] for name in BEFORE_UPDATE})
     (ckpts / "step_000003.pt").unlink()
-    shutil.rmtree(ckpts / "step_000003.dcp")
+    shutil.rmtree(shards[1])
     resumed = train(dataclasses.replace(cfg, run_dir=str(two)), resume=True, progress=False)
     assert resumed.last_step == 3 and resumed.stopped == "completed"
     for name, before in logged.items():
@@ -198,6 +193,20 @@ def test_rollback_on_every_rank_then_a_killed_rank_stops_the_job_with_one_error(
     assert all(after[s] == before[s] for s in range(1, committed + 1))
 
 
+def test_a_user_error_on_rank_0_mid_run_is_one_line(tiny_config, tmp_path):
+    """Rank 0 stops with a UserError after the ranks worked together (the θ_old pass on 4
+    rows; an update's 2 rows cannot be split over 3 ranks): one line, no traceback."""
+    cfg = tiny_config(train={"prompts_per_step": 2, "steps": 2}, sampling={"n": 2})
+    config = _write_config(cfg, tmp_path / "tiny.yaml")
+    code, err = _finish(_launch(config, tmp_path / "r", nproc=3))
+    assert code == 2, err
+    assert [line for line in err.splitlines() if line.strip()] == [
+        "minirl train: error: 2 rows for 3 ranks: every rank needs a row (raise "
+        "train.prompts_per_step or lower train.mini_batches)"
+    ], err
+    assert RunReader(tmp_path / "r").status() == "crashed"
+
+
 class _Failure:
     def __init__(self, exitcode: int) -> None:
         self.exitcode = exitcode
@@ -213,11 +222,12 @@ def test_root_cause_is_the_killed_rank_or_the_first_error(tmp_path):
     assert root_cause({0: _Failure(1), 1: _Failure(1)}, tmp_path) == (
         "rank 1: ValueError: bad rows",
         "Traceback",
+        False,
     )
     # torchrun SIGTERMs the survivors: that is not the cause; a SIGKILL is
     killed = {0: _Failure(-signal.SIGTERM), 1: _Failure(-signal.SIGKILL)}
     assert root_cause(killed, tmp_path)[0] == "rank 1 was killed by SIGKILL"
-    assert root_cause({0: _Failure(1)}, tmp_path / "none") == (None, "")
+    assert root_cause({0: _Failure(1)}, tmp_path / "none") == (None, "", False)
 
 
 @pytest.mark.vllm

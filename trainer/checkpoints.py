@@ -4,8 +4,9 @@ One file per checkpoint, `<run_dir>/checkpoints/step_<N>.pt`, written atomically
 file + rename) so a crash mid-write leaves the previous checkpoints intact. Content is
 plain tensors, numbers, strings and lists, so it loads with `weights_only=True`. A
 sharded policy (the FSDP2 engine of a torchrun job) writes its weights and optimiser
-state with torch.distributed.checkpoint into `step_<N>.dcp/`, every rank its shards,
-before the .pt file that commits the checkpoint; any world size loads it back. This
+state with torch.distributed.checkpoint into a fresh `step_<N>.<id>.dcp/`, every rank its
+shards, before the .pt file that names it and commits the checkpoint (a committed
+folder is never written into); any world size loads it back. This
 module does not decide when to checkpoint or which one is healthy (the loop and the
 monitor do).
 """
@@ -17,6 +18,7 @@ import dataclasses
 import os
 import re
 import shutil
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +77,8 @@ def save_checkpoint(
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"step_{step:06d}.pt"
     tmp = path.with_suffix(f".tmp{os.getpid()}")
-    shards, write = path.with_suffix(SHARDS), getattr(policy_state, "write", None)
+    shards = folder / f"{path.stem}.{uuid.uuid4().hex[:8]}{SHARDS}"
+    write = getattr(policy_state, "write", None)
     if callable(write):  # every rank writes its shards; the .pt below commits them
         write(shards)
         policy_state = {"shards": shards.name, **policy_state.meta}
@@ -101,12 +104,20 @@ def save_checkpoint(
             f"checkpoint {path}: cannot be written ({why}); the earlier checkpoints and the "
             "store are intact; free some space, then resume with --resume"
         ) from None
+    _remove_shards(path, keep=shards)  # this step's earlier or unfinished shards
     existing = list_checkpoints(run_dir)
     for old in list(existing)[:-keep]:
         if old not in protect:
             existing[old].unlink(missing_ok=True)  # uncommitted first, then its shards
-            shutil.rmtree(existing[old].with_suffix(SHARDS), ignore_errors=True)
+            _remove_shards(existing[old])
     return path
+
+
+def _remove_shards(checkpoint: Path, keep: Path | None = None) -> None:
+    """Delete the shard folders of `checkpoint`'s step, except `keep`."""
+    for found in checkpoint.parent.glob(f"{checkpoint.stem}.*{SHARDS}"):
+        if found != keep:
+            shutil.rmtree(found, ignore_errors=True)
 
 
 def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:

@@ -96,6 +96,10 @@ def run_ranks(main: Callable[[], int]) -> NoReturn:
     """
     init()
     me = dist.get_rank()
+    # torchrun stops the ranks with SIGTERM (after another rank failed, when no
+    # collective can complete): die at once, as torchrun expects (store and checkpoints
+    # are crash-safe), not `minirl`'s SIGTERM-as-Ctrl-C; Ctrl-C reaches rank 0 as SIGINT
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         if me == 0:
             try:
@@ -152,8 +156,8 @@ class Commands:
 
 def serve() -> None:
     """A worker rank: build its shard when told, then run each command on it until exit.
-    Ctrl-C is rank 0's to handle: it checkpoints the interrupted run (with every rank),
-    then sends exit."""
+    Ctrl-C (which torchrun passes on to every rank) is rank 0's to handle: it checkpoints
+    the interrupted run with every rank, then sends exit."""
     from trainer.engines.fsdp import ShardedPolicy
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)

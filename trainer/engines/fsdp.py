@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 import resource
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -43,6 +42,7 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, fully_shard
 
+from monitor.errors import UserError
 from trainer import distributed as ranks
 from trainer.engines.config import EngineConfig, OptimConfig
 from trainer.engines.reshard import full_fqn_state
@@ -234,7 +234,7 @@ class FSDPTrainingEngine:
                 f"{tuple(attention_mask.shape)}, response_mask {tuple(response_mask.shape)}"
             )
         if input_ids.shape[0] < self.world_size:
-            raise ValueError(
+            raise UserError(
                 f"{input_ids.shape[0]} rows for {self.world_size} ranks: every rank needs a "
                 "row (raise train.prompts_per_step or lower train.mini_batches)"
             )
@@ -324,7 +324,7 @@ class ShardedState:
         self.meta = {"lr_scale": engine.shard.lr_scale, "world_size": engine.world_size}
 
     def write(self, folder: Path) -> None:
-        shutil.rmtree(folder, ignore_errors=True)  # a crashed earlier attempt's shards
+        """`folder` is new (trainer/checkpoints.py never reuses one)."""
         self.engine._run("save_shards", str(folder))
         self.engine.shard.save_shards(str(folder))
 
