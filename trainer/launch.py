@@ -46,11 +46,11 @@ def launch(command: list[str], nproc: int) -> int:
                 raise KeyboardInterrupt from None
             raise
         except ChildFailedError as err:
-            cause, trace = root_cause(err.failures, Path(errors))
+            cause, trace, user = root_cause(err.failures, Path(errors))
             print(trace, file=sys.stderr, end="")  # a bug's traceback (not a user error's)
             if cause is None:  # rank 0 ended the run with a non-zero code and said why
                 return next(iter(err.failures.values())).exitcode or 1
-            if command[:1] == ["train"]:
+            if command[:1] == ["train"] and not user:
                 cause += (
                     "; the job stopped (the run's store and checkpoints are intact: "
                     "`minirl train --resume` continues from the last checkpoint)"
@@ -61,24 +61,24 @@ def launch(command: list[str], nproc: int) -> int:
     return 0
 
 
-def root_cause(failures: dict[int, Any], errors: Path) -> tuple[str | None, str]:
-    """(what stopped the job, its traceback or ""): a rank killed by a signal (other than
-    torchrun's own SIGTERM to the survivors), else the earliest error a rank wrote (the
-    others' are consequences: a peer gone), else None."""
+def root_cause(failures: dict[int, Any], errors: Path) -> tuple[str | None, str, bool]:
+    """(what stopped the job, its traceback or "", whether it is a user error): a rank
+    killed by a signal (other than torchrun's own SIGTERM to the survivors), else the
+    earliest error a rank wrote (the others' are consequences: a peer gone), else None."""
     for rank, failure in sorted(failures.items()):
         code = int(failure.exitcode)
         if code < 0 and -code != signal.SIGTERM:
-            return f"rank {rank} was killed by {signal.Signals(-code).name}", ""
+            return f"rank {rank} was killed by {signal.Signals(-code).name}", "", False
     records = []
     for path in errors.glob("rank*.json"):
         with contextlib.suppress(OSError, ValueError):
             records.append(json.loads(path.read_text()))
     if not records:
-        return None, ""
+        return None, "", False
     first = min(records, key=lambda r: r["time"])
     if first.get("user"):
-        return first["message"], ""
-    return f"rank {first['rank']}: {first['message']}", first.get("trace", "")
+        return first["message"], "", True
+    return f"rank {first['rank']}: {first['message']}", first.get("trace", ""), False
 
 
 @contextlib.contextmanager
