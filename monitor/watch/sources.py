@@ -94,7 +94,7 @@ def _tfrecords(data: bytes, where: str, parsed: Parsed, plugins: dict[str, str])
             parsed.bad(f"{where} offset {pos}", "bad payload checksum")
         else:
             try:
-                _read_event(payload, plugins, parsed)
+                _read_event(payload, plugins, parsed, f"{where} offset {pos}")
             except (WireError, struct.error, UnicodeDecodeError) as err:
                 parsed.bad(f"{where} offset {pos}", f"not an Event protobuf ({err})")
         pos = end + 4
