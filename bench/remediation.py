@@ -78,11 +78,17 @@ def read_arm(run_dir: Path, name: str) -> Arm:
         best_acc=max(v for _, v in evals) if evals else None,
         first_precursor=min((a.step for a in alerts), default=None),
         actions=[
-            {"step": a.resolved_step, "kind": a.kind, "params": a.params, "status": a.status,
-             "reason": a.reason[:160], "detail": a.detail}
+            {
+                "step": a.resolved_step,
+                "kind": a.kind,
+                "params": a.params,
+                "status": a.status,
+                "reason": a.reason[:160],
+                "detail": a.detail,
+            }
             for a in actions
         ],
-    )  # fmt: skip
+    )
     applied = [a for a in actions if a.status == "applied" and a.resolved_step is not None]
     if applied:
         arm.first_action = applied[0].resolved_step
@@ -148,8 +154,14 @@ def main(argv: list[str]) -> int:
                 continue
             twin = on_dir / TWINS.get(name, "stable_base") / f"seed{seed}"
             twin_final = read_arm(twin, "twin").final_acc if lab.finished(twin) else None
-            pair = Pair(name, seed, name.startswith("stable"), read_arm(off, f"{name}/seed{seed}"),
-                        read_arm(on, f"{name}/seed{seed}"), twin_final)  # fmt: skip
+            pair = Pair(
+                name,
+                seed,
+                name.startswith("stable"),
+                read_arm(off, f"{name}/seed{seed}"),
+                read_arm(on, f"{name}/seed{seed}"),
+                twin_final,
+            )
             pairs.append(judge(pair))
     if not pairs:
         raise UserError(f"no finished pairs under {off_dir} and {on_dir}")
@@ -213,11 +225,16 @@ def write(pairs: list[Pair], command: str, out: Path) -> None:
         "command": command,
         "pairs": [_pair_json(p) for p in pairs],
         "stable": [
-            {"config": p.config, "seed": p.seed, "actions": len(p.on.actions),
-             "final_acc_off": p.off.final_acc, "final_acc_on": p.on.final_acc}
+            {
+                "config": p.config,
+                "seed": p.seed,
+                "actions": len(p.on.actions),
+                "final_acc_off": p.off.final_acc,
+                "final_acc_on": p.on.final_acc,
+            }
             for p in stable
         ],
-    }  # fmt: skip
+    }
     out.with_suffix(".json").write_text(json.dumps(obj, indent=1) + "\n")
 
 

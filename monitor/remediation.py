@@ -55,22 +55,43 @@ class RemediationPolicy:
         c, why = self.cfg, f"{alert.detector} ({alert.severity}): {alert.message}"
         mini = int(controls.get("mini_batches", 1))
         if controls.get("length_norm", False):
-            return [_d("set_length_norm", {"enabled": False},
-                       f"{why} → length normalisation is on and breaks the first-order "
-                       "approximation: turn it off", alert)]  # fmt: skip
+            return [
+                _d(
+                    "set_length_norm",
+                    {"enabled": False},
+                    f"{why} → length normalisation is on and breaks the first-order "
+                    "approximation: turn it off",
+                    alert,
+                )
+            ]
         if alert.factor in ("train_inference", "approximation") and _is_off(controls):
-            return [_d("set_is_correction", {"enabled": True, "cap": c.tis_cap},
-                       f"{why} → IS correction is off: turn on token TIS (cap {c.tis_cap:g})",
-                       alert)]  # fmt: skip
+            return [
+                _d(
+                    "set_is_correction",
+                    {"enabled": True, "cap": c.tis_cap},
+                    f"{why} → IS correction is off: turn on token TIS (cap {c.tis_cap:g})",
+                    alert,
+                )
+            ]
         if alert.factor in ("staleness", "approximation") and not controls.get("clip", True):
-            return [_d("set_clip", {"enabled": True, "eps_low": c.eps_low, "eps_high": c.eps_high},
-                       f"{why} → clipping is off: turn it on (ε {c.eps_low:g}/{c.eps_high:g})",
-                       alert)]  # fmt: skip
+            return [
+                _d(
+                    "set_clip",
+                    {"enabled": True, "eps_low": c.eps_low, "eps_high": c.eps_high},
+                    f"{why} → clipping is off: turn it on (ε {c.eps_low:g}/{c.eps_high:g})",
+                    alert,
+                )
+            ]
         if alert.factor == "routing" and mini > 1 and controls.get("routing_replay") == "none":
             mode = "R2" if mini <= 2 else "R3"
-            return [_d("set_routing_replay", {"mode": mode},
-                       f"{why} → {mini} mini-batches per rollout without routing replay: "
-                       f"{mode}", alert)]  # fmt: skip
+            return [
+                _d(
+                    "set_routing_replay",
+                    {"mode": mode},
+                    f"{why} → {mini} mini-batches per rollout without routing replay: {mode}",
+                    alert,
+                )
+            ]
         return []
 
     def fix(
@@ -97,21 +118,42 @@ class RemediationPolicy:
         if alert.factor == "train_inference" and policy in ("token_tis", "seq_tis"):
             cap = float(controls.get("is_cap", c.tis_cap)) * c.cap_factor
             if cap >= c.min_cap:
-                return [_d("set_is_policy", {"policy": policy, "cap": cap},
-                           f"{why} → tighten the IS cap to {cap:g}", alert)]  # fmt: skip
+                return [
+                    _d(
+                        "set_is_policy",
+                        {"policy": policy, "cap": cap},
+                        f"{why} → tighten the IS cap to {cap:g}",
+                        alert,
+                    )
+                ]
             band = list(c.icepop_band)
-            return [_d("set_is_policy", {"policy": "icepop", "band": band},
-                       f"{why} → the cap is tight already: mask tokens outside {band} (IcePop)",
-                       alert)]  # fmt: skip
+            return [
+                _d(
+                    "set_is_policy",
+                    {"policy": "icepop", "band": band},
+                    f"{why} → the cap is tight already: mask tokens outside {band} (IcePop)",
+                    alert,
+                )
+            ]
         if alert.factor in ("staleness", "approximation") and mini > 1:
-            return [_d("set_mini_batches", {"n": mini // 2},
-                       f"{why} → halve the mini-batches per rollout {mini} → {mini // 2}",
-                       alert)]  # fmt: skip
+            return [
+                _d(
+                    "set_mini_batches",
+                    {"n": mini // 2},
+                    f"{why} → halve the mini-batches per rollout {mini} → {mini // 2}",
+                    alert,
+                )
+            ]
         if alert.factor == "routing":
             if mini > 1 and controls.get("routing_replay") == "R2":
-                return [_d("set_routing_replay", {"mode": "R3"},
-                           f"{why} → R2 did not hold: replay the rollout's routes (R3)",
-                           alert)]  # fmt: skip
+                return [
+                    _d(
+                        "set_routing_replay",
+                        {"mode": "R3"},
+                        f"{why} → R2 did not hold: replay the rollout's routes (R3)",
+                        alert,
+                    )
+                ]
             return self.fix(replace(alert, factor="train_inference"), controls, context)
         if alert.factor == "optimisation":
             return [self._lower_lr(alert, controls, context, why)]
@@ -131,12 +173,20 @@ class RemediationPolicy:
         if controls.get("lr_cap") is not None:
             lr = min(float(lr), float(controls["lr_cap"])) if lr is not None else None
         if lr is None:
-            return _d("scale_lr", {"factor": c.lr_factor},
-                      f"{why} → lower the learning rate ×{c.lr_factor:g}", alert)  # fmt: skip
+            return _d(
+                "scale_lr",
+                {"factor": c.lr_factor},
+                f"{why} → lower the learning rate ×{c.lr_factor:g}",
+                alert,
+            )
         cap = float(lr) * c.lr_factor
-        return _d("set_lr_cap", {"lr": cap},
-                  f"{why} → cap the learning rate at {cap:.3g} for the rest of the run "
-                  f"({c.lr_factor:g}× its pre-episode {float(lr):.3g})", alert)  # fmt: skip
+        return _d(
+            "set_lr_cap",
+            {"lr": cap},
+            f"{why} → cap the learning rate at {cap:.3g} for the rest of the run "
+            f"({c.lr_factor:g}× its pre-episode {float(lr):.3g})",
+            alert,
+        )
 
     # ------------------------------------------------------------------ decisions
     def decide(
@@ -161,9 +211,15 @@ class RemediationPolicy:
         if crash:
             a = crash[0]
             blamed = self._blame(a, open_alerts)
-            drafts.append(_d("rollback", {},
-                             f"{a.detector} (critical): {a.message} → breakdown: roll back to "
-                             "the last healthy checkpoint before the episode", a))  # fmt: skip
+            drafts.append(
+                _d(
+                    "rollback",
+                    {},
+                    f"{a.detector} (critical): {a.message} → breakdown: roll back to "
+                    "the last healthy checkpoint before the episode",
+                    a,
+                )
+            )
             drafts += self.fix(blamed, controls, [*open_alerts, *eligible])
         for a in eligible:
             if a.severity == "warning" and a.factor in PRECURSOR_FACTORS:

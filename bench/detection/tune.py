@@ -52,10 +52,14 @@ def config_for(
             if rule.metric == "optim/lr":  # a setting, not a noisy estimate: not scaled
                 change = rule.min_change
             rules[f.name] = dataclasses.replace(
-                rule, z=z, recent=recent, persist=persist, min_change=change if
-                rule.metric == "optim/lr" else max(change, 1.25),
-                min_baseline=baseline, warmup=(2 * baseline) // 3,
-            )  # fmt: skip
+                rule,
+                z=z,
+                recent=recent,
+                persist=persist,
+                min_change=change if rule.metric == "optim/lr" else max(change, 1.25),
+                min_baseline=baseline,
+                warmup=(2 * baseline) // 3,
+            )
     rules["breakdown"] = dataclasses.replace(base.breakdown, min_signals=min_signals)
     return dataclasses.replace(base, **rules)
 
