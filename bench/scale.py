@@ -121,7 +121,9 @@ def _engine_job(args: argparse.Namespace) -> int:
     from trainer import distributed
 
     if distributed.launched():
-        return distributed.run_ranks(lambda: _time_updates(args))
+        from trainer.engines.fsdp import serve
+
+        return distributed.run_ranks(lambda: _time_updates(args), serve)
     return _time_updates(args)
 
 

@@ -83,9 +83,9 @@ def init() -> None:
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s()))
 
 
-def run_ranks(main: Callable[[], int]) -> NoReturn:
-    """Run `main` on rank 0 and `serve` on the others, then end this process with its
-    exit code.
+def run_ranks(main: Callable[[], int], worker: Callable[[], None]) -> NoReturn:
+    """Run `main` on rank 0 and `worker` (the loop that obeys `Commands`, e.g.
+    `trainer.engines.fsdp.serve`) on the others, then end this process with its exit code.
 
     Rank 0 tells the others to exit when `main` returns; all leave together. A failure
     on any rank is reported once (`report_failure`) and ends this process at once: its
@@ -109,7 +109,7 @@ def run_ranks(main: Callable[[], int]) -> NoReturn:
                 raise
             Commands.send("exit")
         else:
-            serve()
+            worker()
             code = 0
     except BaseException as err:
         if not isinstance(err, UserError):
@@ -152,27 +152,6 @@ class Commands:
         box: list[Any] = [None]
         dist.broadcast_object_list(box, src=0)
         return box[0]
-
-
-def serve() -> None:
-    """A worker rank: build its shard when told, then run each command on it until exit.
-    Ctrl-C (which torchrun passes on to every rank) is rank 0's to handle: it checkpoints
-    the interrupted run with every rank, then sends exit."""
-    from trainer.engines.fsdp import ShardedPolicy
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    shard: ShardedPolicy | None = None
-    while True:
-        name, args = Commands.receive()
-        if name == "exit":
-            return
-        if name == "init":
-            torch.manual_seed(0)  # nothing on a worker samples; keep it deterministic anyway
-            shard = ShardedPolicy(*args)
-        elif shard is None:
-            raise RuntimeError(f"command {name!r} before the policy was built")
-        else:
-            getattr(shard, name)(*args)
 
 
 # --------------------------------------------------------------------------- row exchange

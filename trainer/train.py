@@ -57,7 +57,9 @@ def main(argv: list[str]) -> int:
 
     args = _parser().parse_args(argv)
     if distributed.launched():
-        return distributed.run_ranks(lambda: _main(args))
+        from trainer.engines.fsdp import serve
+
+        return distributed.run_ranks(lambda: _main(args), serve)
     if args.nproc < 1:
         raise _usage(f"--nproc {args.nproc}: must be >= 1")
     if args.nproc > 1:

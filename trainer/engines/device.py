@@ -15,6 +15,10 @@ from torch import nn
 
 from monitor.errors import UserError
 
+# Where tensors that cross processes as pickled Python objects live (rank 0's batch in a
+# torchrun job, the rows gathered back): gloo's object collectives carry host memory.
+HOST = torch.device("cpu")
+
 
 def resolve_device(spec: str) -> torch.device:
     """'auto' | 'cpu' | 'cuda' | 'cuda:N' -> a torch device with an index on CUDA.

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import resource
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ from torch.distributed.fsdp import FSDPModule, fully_shard
 from monitor.errors import UserError
 from trainer import distributed as ranks
 from trainer.engines.config import EngineConfig, OptimConfig
+from trainer.engines.device import HOST
 from trainer.engines.reshard import full_fqn_state
 from trainer.engines.training import TorchTrainingEngine
 from trainer.models import load_policy
@@ -200,7 +202,7 @@ class FSDPTrainingEngine:
     @property
     def device(self) -> torch.device:
         """Where rank 0 keeps the whole batch's tensors (each rank moves its rows)."""
-        return torch.device("cpu")
+        return HOST
 
     @property
     def is_moe(self) -> bool:
@@ -347,7 +349,7 @@ def _grad(out: torch.Tensor, leaf: torch.Tensor, keep: bool = False) -> torch.Te
 
 
 def _cpu(t: torch.Tensor | None) -> torch.Tensor | None:
-    return None if t is None else t.cpu()
+    return None if t is None else t.to(HOST)
 
 
 def _local(t: torch.Tensor | None) -> torch.Tensor | None:
@@ -374,3 +376,22 @@ def _cosine(a: list[torch.Tensor | None], b: list[torch.Tensor | None]) -> float
     if not (math.isfinite(dot) and math.isfinite(na) and math.isfinite(nb)) or na == 0 or nb == 0:
         return math.nan
     return max(-1.0, min(1.0, dot / math.sqrt(na * nb)))
+
+
+def serve() -> None:
+    """A worker rank: build its shard when told, then run each command on it until exit.
+    Ctrl-C (which torchrun passes on to every rank) is rank 0's to handle: it checkpoints
+    the interrupted run with every rank, then sends exit."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    shard: ShardedPolicy | None = None
+    while True:
+        name, args = ranks.Commands.receive()
+        if name == "exit":
+            return
+        if name == "init":
+            torch.manual_seed(0)  # nothing on a worker samples; keep it deterministic anyway
+            shard = ShardedPolicy(*args)
+        elif shard is None:
+            raise RuntimeError(f"command {name!r} before the policy was built")
+        else:
+            getattr(shard, name)(*args)
