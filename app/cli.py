@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import signal
 import sys
-import threading
 
 # name -> (module, one-line help); the module is imported only when its command runs.
 # analyze, export, repair, import, dashboard and prometheus-rules must not import torch.
@@ -65,13 +63,6 @@ def _usage() -> str:
     return "\n".join(lines)
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    """SIGTERM (a scheduler, `kill`, a container stop) stops a command as Ctrl-C does:
-    its cleanup runs (children stopped, ports closed, the run's record and checkpoint
-    written) instead of the process vanishing mid-write."""
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
@@ -85,25 +76,20 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(_install_hint(name, missing), file=sys.stderr)
         return 2
-    from monitor.errors import UserError
+    from monitor.errors import run_command
 
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        module = importlib.import_module(COMMANDS[name][0])
-        return int(module.main(rest) or 0)
-    except ModuleNotFoundError as err:  # an extra's module, imported further down
-        root = (err.name or "").partition(".")[0]
-        if root not in EXTRA_OF:
-            raise
-        print(_install_hint(name, [root]), file=sys.stderr)
-        return 2
-    except UserError as err:
-        print(f"minirl {name}: error: {err}", file=sys.stderr)
-        return err.exit_code
-    except KeyboardInterrupt:
-        print(f"minirl {name}: interrupted", file=sys.stderr)
-        return 130
+    def command() -> int:
+        try:
+            module = importlib.import_module(COMMANDS[name][0])
+            return int(module.main(rest) or 0)
+        except ModuleNotFoundError as err:  # an extra's module, imported further down
+            root = (err.name or "").partition(".")[0]
+            if root not in EXTRA_OF:
+                raise
+            print(_install_hint(name, [root]), file=sys.stderr)
+            return 2
+
+    return run_command(name, command)
 
 
 if __name__ == "__main__":

@@ -73,9 +73,10 @@ def main(argv: list[str]) -> int:
             time.sleep(args.pause_in_rollback / 2)
 
         run_module.rollback = paused
-    from app.cli import main as cli
+    from monitor.errors import run_command
+    from trainer.train import main as train
 
-    return cli(["train", *argv[cut + 1 :]])
+    return run_command("train", lambda: train(argv[cut + 1 :]))
 
 
 if __name__ == "__main__":
