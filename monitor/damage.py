@@ -31,6 +31,7 @@ class StoreDamaged(UserError):
     """Part of a run store cannot be read; `part` says which (e.g. "events")."""
 
     def __init__(self, path: Path, part: str, why: str) -> None:
+        why = " ".join(why.split())[:200]  # SQLite quotes damaged schema text, newlines too
         self.path, self.part, self.why = path, part, why
         super().__init__(
             f"{path}: {part} unreadable ({why}); `minirl repair {path.parent}` salvages what "

@@ -27,7 +27,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from bench.reliability.fuzzing import Tally, fuzz
-from monitor.importers import parse
+from monitor.importers import as_step, as_value, parse
 from monitor.importers.tensorboard import masked_crc
 from monitor.schema import MAX_STEP, name_problem
 
@@ -105,11 +105,26 @@ def csv_files(draw: st.DrawFn) -> tuple[bytes, dict[int, float]]:
     garbage = st.one_of(
         st.lists(_CSV_CELL, max_size=5).map(",".join),
         st.integers(2, 300_000).map(lambda n: f"7,{'x' * n}"),  # over the 128 KiB limit
-    ).filter(lambda t: GOOD not in t)
+    ).filter(lambda t: GOOD not in t and not _good_row(t, width + 2))
     lines = [header, *_mix(draw, good, garbage)]
     bom = "\ufeff" if draw(st.booleans()) else ""
     text = bom + "\n".join(line.replace("\n", " ") for line in lines)
     return text.encode("utf-8", "surrogatepass"), {k: float(k) for k in steps}
+
+
+def _good_row(line: str, fields: int) -> bool:
+    """A generated 'garbage' line that is in fact a well-formed row with a number in the
+    GOOD column (random cells can spell `0,2,1`; a \\r splits it into lines): data."""
+    import csv
+
+    for piece in line.splitlines() or [""]:
+        try:
+            row = next(csv.reader([piece]), [])
+        except csv.Error:
+            continue
+        if len(row) == fields and as_step(row[0]) is not None and as_value(row[1]) is not None:
+            return True
+    return False
 
 
 # ---------------------------------------------------------------------------- TensorBoard
