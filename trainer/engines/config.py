@@ -14,6 +14,7 @@ from typing import Literal, get_args
 
 Dtype = Literal["fp32", "bf16"]
 Backend = Literal["torch", "vllm"]
+TrainingBackend = Literal["torch", "megatron"]
 WeightQuant = Literal["none", "fp8_e4m3", "fp8_e5m2", "fp4"]
 ActivationQuant = Literal["none", "fp8_e4m3"]
 Autocast = Literal["none", "bf16"]
@@ -43,6 +44,10 @@ class EngineConfig:
     """bf16: the training engine's forward runs under torch.autocast in bf16 while
     parameters and AdamW stay fp32 (mixed precision, the usual choice on a GPU; needs
     train_dtype: fp32). Works on the CPU too, slower than fp32 there."""
+    training: TrainingBackend = "torch"
+    """Training backend: transformers on plain PyTorch (any arch, FSDP2 under torchrun),
+    or megatron-core (qwen3_moe, one process, fp32; Routing Replay through Megatron's
+    RouterReplay; needs `pip install 'minirl[megatron]'`)."""
     inference: Backend = "torch"
     """Inference backend: the PyTorch engine (any machine) or vLLM."""
     inference_dtype: Dtype = "bf16"
@@ -73,6 +78,7 @@ class EngineConfig:
                 f"autocast={self.autocast} needs train_dtype=fp32 (fp32 weights, "
                 f"{self.autocast} compute); train_dtype={self.train_dtype} is already low"
             )
+        _one_of("training", self.training, TrainingBackend)
         _one_of("inference", self.inference, Backend)
         _one_of("inference_dtype", self.inference_dtype, Dtype)
         _one_of("weight_quant", self.weight_quant, WeightQuant)

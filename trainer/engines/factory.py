@@ -1,7 +1,8 @@
 """The one place where the config picks the engines' backends.
 
-`EngineConfig.inference` picks the inference backend. The training backend is the
-single-process PyTorch engine, or the FSDP2 engine on rank 0 of a torchrun job of several
+`EngineConfig.inference` picks the inference backend. The training backend is
+megatron-core if `EngineConfig.training` says so, else the single-process PyTorch
+engine, or the FSDP2 engine on rank 0 of a torchrun job of several
 processes (trainer/distributed.py), where vLLM also gets a torch.distributed world of its
 own. Imports each backend lazily: choosing the PyTorch engine never imports vLLM.
 """
@@ -36,6 +37,10 @@ def make_training_engine(
     """The training engine (π_θ and AdamW) on `checkpoint_dir`."""
     from trainer import distributed
 
+    if config.training == "megatron":
+        from trainer.engines.megatron import MegatronTrainingEngine
+
+        return MegatronTrainingEngine(checkpoint_dir, config, optim)
     if distributed.active():
         from trainer.engines.fsdp import FSDPTrainingEngine
 

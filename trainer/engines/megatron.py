@@ -1,0 +1,242 @@
+"""The Megatron training engine (`engine.training: megatron`): π_θ as a megatron-core
+`GPTModel`, with Routing Replay through megatron-core's own RouterReplay.
+
+It implements the `TrainingEngine` protocol of base.py exactly like the transformers
+engine (training.py), so the RL step and the loop do not know which one runs. The
+checkpoint's transformers Qwen3-MoE weights are converted into Megatron's layout at start
+(megatron_convert.py: the same architecture, equal log-probabilities); `model` is a
+transformers module that receives Megatron's current weights, converted back, each time
+it is read: that is what the inference engine syncs from (vLLM, in HF naming) and what
+π's own evaluation samples. R2/R3 and the routing diagnostics use Megatron's routes
+(megatron_routing.py). AdamW and gradient clipping are plain torch over Megatron's
+parameters (the same update as the transformers engine's, so the two are comparable).
+
+Scope: one process, world size 1 (tensor, pipeline, expert and data parallel sizes 1),
+fp32 parameters, arch qwen3_moe. megatron-core needs a torch.distributed world even
+then: the engine runs Megatron inside a 1-process gloo world of its own
+(trainer.distributed.World), so an in-process vLLM keeps the default world to itself.
+On a CPU-only torch the patches of megatron_cpu.py are installed first.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from contextlib import AbstractContextManager
+from pathlib import Path
+
+import torch
+
+from minirl.entropy import token_entropy
+from minirl.sequence import grad_cosine
+from monitor.errors import UserError
+from trainer import distributed
+from trainer.engines import megatron_convert as convert
+from trainer.engines.config import EngineConfig, OptimConfig
+from trainer.engines.device import resolve_device
+from trainer.engines.megatron_routing import routed
+from trainer.models import load_policy
+
+INSTALL_HINT = "pip install 'minirl[megatron]'"
+_world: distributed.World | None = None
+
+
+def megatron_world() -> AbstractContextManager[None]:
+    """The 1-process gloo world Megatron's parallel state lives in (made once per
+    process, with tensor/pipeline/expert/data parallel sizes 1); enter it around every
+    call into Megatron."""
+    global _world
+    if _world is None:
+        import torch.distributed as dist
+        from megatron.core import parallel_state
+
+        world = distributed.World()
+        with world.active():
+            dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+            parallel_state.initialize_model_parallel()
+        _world = world
+    return _world.active()
+
+
+def _require_megatron(device: torch.device) -> None:
+    # megatron-core warns at import and on every forward about what a CPU install lacks
+    # (Apex, Transformer Engine, a default tp group): noise in the trainer's output
+    for category in (UserWarning, DeprecationWarning, FutureWarning):
+        warnings.filterwarnings("ignore", category=category, module=r"megatron\.")
+    try:
+        import megatron.core  # noqa: F401
+    except ImportError:
+        raise UserError(
+            f"engine.training=megatron needs megatron-core, which is not installed: {INSTALL_HINT}"
+        ) from None
+    if distributed.active():
+        raise UserError("engine.training=megatron runs on one process; drop --nproc/torchrun")
+    if device.type == "cpu" and torch.cuda.is_available():
+        raise UserError("engine.training=megatron: engine.device=cpu on a CUDA machine; use cuda")
+    from trainer.engines import megatron_cpu
+
+    try:
+        megatron_cpu.apply()
+    except RuntimeError as err:
+        raise UserError(f"engine.training=megatron: {err}") from None
+
+
+class MegatronTrainingEngine:
+    """`TrainingEngine` on megatron-core, world size 1; see the module docstring."""
+
+    def __init__(
+        self, checkpoint_dir: str | Path, config: EngineConfig, optim: OptimConfig
+    ) -> None:
+        if config.train_dtype != "fp32" or config.autocast != "none":
+            raise UserError(
+                "engine.training=megatron: train_dtype=fp32 and autocast=none only "
+                f"(got {config.train_dtype}, {config.autocast})"
+            )
+        self.config, self.optim = config, optim
+        self.device = resolve_device(config.device)
+        _require_megatron(self.device)
+        hf_model, self.tokenizer = load_policy(checkpoint_dir, "fp32", self.device)
+        self.hf_config = hf_model.config
+        convert.check_supported(self.hf_config)
+        self._hf = hf_model.requires_grad_(False)
+        with megatron_world():
+            self.module = convert.build_model(self.hf_config, self.device.type == "cpu")
+        self.module.to(self.device).train()
+        convert.load_into(
+            self.module, convert.hf_to_megatron(hf_model.state_dict(), self.hf_config)
+        )
+        self.optimizer = torch.optim.AdamW(
+            self.module.parameters(),
+            lr=optim.lr,
+            betas=(optim.beta1, optim.beta2),
+            eps=optim.eps,
+            weight_decay=optim.weight_decay,
+        )
+        self.lr_scale = 1.0
+
+    # ------------------------------------------------------------------ the HF view
+
+    @property
+    def model(self) -> torch.nn.Module:
+        """The transformers policy with Megatron's current weights (copied in on read)."""
+        weights = convert.megatron_to_hf(self.module.state_dict(), self.hf_config)
+        convert.load_into(self._hf, weights)
+        return self._hf
+
+    @property
+    def is_moe(self) -> bool:
+        return True
+
+    @property
+    def num_experts(self) -> int:
+        return int(self.hf_config.num_experts)
+
+    # ------------------------------------------------------------------ forward
+
+    def forward_logprobs(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        response_mask: torch.Tensor,
+        replay: torch.Tensor | None = None,
+        record: bool = False,
+        with_entropy: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """(logp [B, S], entropy [B, S] | None, routing [B, S, L, k] | None), exactly as
+        TorchTrainingEngine.forward_logprobs (right padding needs no key mask under the
+        causal mask: a pad only follows the tokens that are scored)."""
+        if input_ids.shape != attention_mask.shape or input_ids.shape != response_mask.shape:
+            raise ValueError(
+                f"shapes differ: input_ids {tuple(input_ids.shape)}, attention_mask "
+                f"{tuple(attention_mask.shape)}, response_mask {tuple(response_mask.shape)}"
+            )
+        if bool((response_mask[:, 0] > 0).any()):
+            raise ValueError("response_mask marks position 0, which has no prefix to score")
+        dev = self.device
+        input_ids, attention_mask, response_mask = (
+            t.to(dev) for t in (input_ids, attention_mask, response_mask)
+        )
+        batch, seq = input_ids.shape
+        positions = torch.arange(seq, device=dev).expand(batch, seq)
+        causal = torch.ones(seq, seq, dtype=torch.bool, device=dev).triu(1)[None, None]
+        with megatron_world(), routed(self.module, batch, replay, record) as cap:
+            logits = self.module(input_ids, positions, attention_mask=causal)  # [B, S, V]
+
+        target = response_mask[:, 1:] > 0  # the token at j is scored by the logits at j-1
+        pred = logits[:, :-1][target].float()  # [N, V]
+        tok = input_ids[:, 1:][target]
+        tok_logp = pred.gather(-1, tok[:, None]).squeeze(-1) - torch.logsumexp(pred, dim=-1)
+        logp = torch.zeros(input_ids.shape, dtype=torch.float32, device=dev)
+        logp[:, 1:] = logp[:, 1:].masked_scatter(target, tok_logp)
+        entropy = None
+        if with_entropy:
+            entropy = torch.zeros(input_ids.shape, dtype=torch.float32, device=dev)
+            entropy[:, 1:][target] = token_entropy(pred.detach()[None])[0]
+        routes = None
+        if record:
+            routes = cap.indices().masked_fill((attention_mask == 0)[..., None, None], -1)
+        return logp, entropy, routes
+
+    # ------------------------------------------------------------------ optimiser
+
+    def set_lr_scale(self, scale: float) -> None:
+        """lr = base lr * scale for the following steps (remediation lowers it)."""
+        if not (math.isfinite(scale) and scale > 0):
+            raise ValueError(f"lr scale {scale}: must be a positive finite number")
+        self.lr_scale = float(scale)
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.optim.lr * self.lr_scale
+
+    @property
+    def lr(self) -> float:
+        return self.optim.lr * self.lr_scale
+
+    def step_with_grad_cosine(
+        self, loss: torch.Tensor, reference: torch.Tensor
+    ) -> tuple[dict[str, float], float]:
+        """`step(loss)`, and the cosine between ∇loss and ∇reference (NaN if not finite)."""
+        params = [p for p in self.module.parameters() if p.requires_grad]
+        with megatron_world():
+            g_loss = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
+            g_ref = torch.autograd.grad(reference, params, allow_unused=True)
+        finite = all(g is None or bool(torch.isfinite(g).all()) for g in (*g_loss, *g_ref))
+        cosine = grad_cosine(list(g_loss), list(g_ref)) if finite else math.nan
+        for p, g in zip(params, g_loss, strict=True):
+            p.grad = g
+        return self.step(None), cosine
+
+    def step(self, loss: torch.Tensor | None = None) -> dict[str, float]:
+        """Backward `loss` (if given), clip, update, zero; a non-finite gradient norm
+        skips the update."""
+        if loss is not None:
+            with megatron_world():
+                loss.backward()
+        params = [p for p in self.module.parameters() if p.grad is not None]
+        max_norm = self.optim.grad_clip if self.optim.grad_clip > 0 else math.inf
+        norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm)) if params else 0.0
+        if math.isfinite(norm):
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return {"optim/grad_norm": norm, "optim/lr": self.lr}
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def state_dict(self) -> dict:
+        """Megatron-layout weights, AdamW state and lr scale (weights_only-loadable)."""
+        weights = {k: v for k, v in self.module.state_dict().items() if torch.is_tensor(v)}
+        return {
+            "model": weights,
+            "optimizer": self.optimizer.state_dict(),
+            "lr_scale": self.lr_scale,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        convert.load_into(self.module, state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.set_lr_scale(float(state["lr_scale"]))
+
+    def save(self, path: str | Path) -> None:
+        torch.save(self.state_dict(), Path(path))
+
+    def load(self, path: str | Path) -> None:
+        self.load_state_dict(torch.load(Path(path), weights_only=True, map_location=self.device))
