@@ -39,6 +39,7 @@ from bench.lab.manifest import (
     save_manifest,
 )
 from monitor.errors import UserError
+from trainer.leftovers import pid_alive
 
 LOCK = "runner.lock"
 
@@ -85,14 +86,8 @@ def _die_with_parent() -> None:
 
 
 def _pid_alive(pid: int | None) -> bool:
-    if not pid:
+    if not pid or not pid_alive(pid):
         return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
     # a zombie or a recycled pid of another program does not count
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
