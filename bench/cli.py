@@ -23,6 +23,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "coldstart": ("bench.coldstart", "cold start: time and held-out accuracy"),
     "reliability": ("bench.reliability.cli", "fault injection and fuzzing of every parser"),
     "scale": ("bench.scale", "data-parallel training: 1 vs 2 processes, memory per rank"),
+    "megatron": ("bench.megatron_compare", "Megatron vs transformers engine: accuracy, step time"),
 }
 
 

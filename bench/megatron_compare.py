@@ -1,0 +1,135 @@
+"""Benchmark: the Megatron training engine against the transformers one, same run.
+
+    minirl bench megatron [--steps 30] [--eval-every 5] [--runs runs/megatron-compare]
+        [--out bench/results/megatron.md]
+
+Two `minirl train configs/demo.yaml` runs, identical but for `engine.training`
+(torch, then megatron): the demo's tiny Qwen3-MoE after its cached cold start, vLLM bf16
+rollouts, R3 (`train.routing_replay=R3`: vLLM's routes replayed in the θ_old pass and the
+update), the same seed, --steps steps, without the demo's scripted incident and with
+remediation off (so that nothing but the engine differs). Reports the held-out accuracy
+of the inference engine (`eval/acc`) at every evaluation side by side, the median step
+time and its training part (`perf/train_s`: the θ_old pass and the update; the rollout
+and the evaluations are vLLM's in both), and the mean training-inference mismatch.
+Writes --out (Markdown, with the command) and the numbers as JSON beside it. Not part of
+the test suite (about 10 minutes on 2 CPU cores); existing finished runs are reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from bench import REPO, RESULTS
+
+CONFIG = "configs/demo.yaml"
+ENGINES = ("torch", "megatron")
+STEP = ("perf/step_s", "perf/train_s", "perf/rollout_s")
+MEANS = ("mismatch/kl_k1", "routing/mismatch_train_infer", "optim/grad_norm")
+
+
+def _train(run_dir: Path, engine: str, args: argparse.Namespace) -> None:
+    if (run_dir / "DONE").exists():
+        return
+    sets = {
+        "engine.training": engine,
+        "train.routing_replay": "R3",
+        "train.steps": args.steps,
+        "train.incidents": "[]",
+        "train.remediation": "false",
+        "eval.every": args.eval_every,
+        "threads": args.threads,
+    }
+    cmd = [sys.executable, "-m", "app.cli", "train", CONFIG, "--run-dir", str(run_dir), "--quiet"]
+    for key, value in sets.items():
+        cmd += ["--set", f"{key}={value}"]
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
+    print(f"training {engine}: {shlex.join(cmd)}", flush=True)
+    subprocess.run(cmd, check=True, env=env, cwd=REPO, stdout=subprocess.DEVNULL)
+    (run_dir / "DONE").write_text("")
+
+
+def _read(run_dir: Path) -> dict:
+    from monitor import RunReader
+
+    with RunReader(run_dir) as reader, reader.snapshot():
+        series = reader.scalars(["eval/acc", *STEP, *MEANS])
+    steps, acc = series["eval/acc"]
+    out: dict = {"eval": dict(zip(steps.tolist(), acc.tolist(), strict=True))}
+    for name in STEP:  # the first step pays one-time costs (warm-up)
+        out[name] = statistics.median(series[name][1].tolist()[1:])
+    for name in MEANS:
+        out[name] = statistics.fmean(series[name][1].tolist())
+    return out
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="minirl bench megatron", description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=30, help="RL steps per run")
+    p.add_argument("--eval-every", type=int, default=5, help="steps between evaluations")
+    p.add_argument("--threads", type=int, default=2, help="torch threads of each run")
+    p.add_argument("--runs", default=str(REPO / "runs" / "megatron-compare"))
+    p.add_argument("--out", default=str(RESULTS / "megatron.md"))
+    args = p.parse_args(argv)
+    runs = Path(args.runs)
+    result: dict = {"command": shlex.join(["minirl", "bench", "megatron", *argv])}
+    for engine in ENGINES:
+        _train(runs / engine, engine, args)
+        result[engine] = _read(runs / engine)
+    result["load_avg_end"] = round(os.getloadavg()[0], 1)
+    out = Path(args.out)
+    out.write_text(_markdown(result, args))
+    out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+    print(out.read_text())
+    return 0
+
+
+def _markdown(r: dict, args: argparse.Namespace) -> str:
+    t, m = r["torch"], r["megatron"]
+    lines = [
+        "# Megatron vs transformers training engine: the demo with vLLM rollouts and R3",
+        "",
+        f"Command: `{r['command']}` (all numbers below from this one run).",
+        "",
+        f"`minirl train {CONFIG}` twice, {args.steps} steps, seed 0, `train.routing_replay=R3`,"
+        " the scripted incident and remediation off, `--set engine.training=torch|megatron`;"
+        f" {args.threads} torch threads on a 2-core CPU shared with other jobs (load average"
+        f" {r['load_avg_end']} at the end). Same seed, same cold start: the runs differ only"
+        " by float rounding in the training engine, which changes some samples later on.",
+        "",
+        "## Held-out accuracy (`eval/acc`, vLLM bf16)",
+        "",
+        "| step | transformers | Megatron |",
+        "|---:|---:|---:|",
+    ]
+    for step in sorted(set(t["eval"]) | set(m["eval"]), key=int):
+        a, b = t["eval"].get(step), m["eval"].get(step)
+        cell = [("-" if x is None else f"{x:.3f}") for x in (a, b)]
+        lines.append(f"| {step} | {cell[0]} | {cell[1]} |")
+    lines += [
+        "",
+        "## Step time and mismatch",
+        "",
+        "Medians over the steps after the first; training = θ_old pass + update (the part"
+        " the engines differ in), rollout = vLLM. Means over all steps for the rest.",
+        "",
+        "| | transformers | Megatron |",
+        "|---|---:|---:|",
+    ]
+    rows = [
+        ("training s/step (`perf/train_s`)", "perf/train_s", ".3f"),
+        ("whole step s (`perf/step_s`)", "perf/step_s", ".3f"),
+        ("rollout s/step (`perf/rollout_s`)", "perf/rollout_s", ".3f"),
+        ("mean `mismatch/kl_k1`", "mismatch/kl_k1", ".2e"),
+        ("mean `routing/mismatch_train_infer`", "routing/mismatch_train_infer", ".4f"),
+        ("mean `optim/grad_norm`", "optim/grad_norm", ".2f"),
+    ]
+    for label, key, fmt in rows:
+        lines.append(f"| {label} | {format(t[key], fmt)} | {format(m[key], fmt)} |")
+    return "\n".join(lines) + "\n"
