@@ -86,8 +86,22 @@ def _tiny_config_file(tiny_config, tmp_path):
 
 def test_quick_mode_writes_every_part(tiny_config, tmp_path):
     _, path, out = _tiny_config_file(tiny_config, tmp_path)
-    argv = [str(path), "--quick", "--skip", "trl", "--skip", "vllm", "--pairs", "3",
-            "--load-steps", "1000", "--threads", "1", "--out", str(out)]  # fmt: skip
+    argv = [
+        str(path),
+        "--quick",
+        "--skip",
+        "trl",
+        "--skip",
+        "vllm",
+        "--pairs",
+        "3",
+        "--load-steps",
+        "1000",
+        "--threads",
+        "1",
+        "--out",
+        str(out),
+    ]
     assert speed.main(argv) == 0
     text = out.read_text()
     assert f"Command: `minirl bench speed {path}" in text
@@ -119,12 +133,28 @@ def test_quick_mode_writes_every_part(tiny_config, tmp_path):
 )
 def test_trl_part_on_the_tiny_model(tiny_config, tmp_path):
     cfg, path, out = _tiny_config_file(tiny_config, tmp_path)
-    argv = [str(path), "--quick", "--skip", "diagnostics", "--skip", "vllm", "--skip", "store",
-            "--threads", "1", "--out", str(out)]  # fmt: skip
+    argv = [
+        str(path),
+        "--quick",
+        "--skip",
+        "diagnostics",
+        "--skip",
+        "vllm",
+        "--skip",
+        "store",
+        "--threads",
+        "1",
+        "--out",
+        str(out),
+    ]
     assert speed.main(argv) == 0
     text = out.read_text()
-    row = re.search(r"^\| TRL [\d.]+ GRPOTrainer [^|]*\| ([\d.]+) \| ([\d.]+) \| 1\.00 \| 1\.00 \| "
-                    r"([\d.]+) \|", text, flags=re.M)  # fmt: skip
+    row = re.search(
+        r"^\| TRL [\d.]+ GRPOTrainer [^|]*\| ([\d.]+) \| ([\d.]+) \| 1\.00 \| 1\.00 \| "
+        r"([\d.]+) \|",
+        text,
+        flags=re.M,
+    )
     assert row, text
     wall, cpu, length = map(float, row.groups())
     assert wall > 0 and cpu > 0

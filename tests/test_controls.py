@@ -44,15 +44,25 @@ def test_each_kind_moves_exactly_its_knob():
     [
         ("set_mini_batches", {"n": 3}, BASE, True, "do not divide the 8 prompt groups"),
         ("set_routing_replay", {"mode": "R2"}, BASE, False, "needs an MoE policy"),
-        ("set_is_correction", {"enabled": True},
-         Controls(LossConfig(variant="reinforce"), 1, "none"), True, "no IS correction"),
-        ("set_length_norm", {"enabled": True},
-         Controls(LossConfig(variant="grpo"), 1, "none"), True, "length_norm"),
+        (
+            "set_is_correction",
+            {"enabled": True},
+            Controls(LossConfig(variant="reinforce"), 1, "none"),
+            True,
+            "no IS correction",
+        ),
+        (
+            "set_length_norm",
+            {"enabled": True},
+            Controls(LossConfig(variant="grpo"), 1, "none"),
+            True,
+            "length_norm",
+        ),
         ("scale_lr", {"factor": -1.0}, BASE, True, "factor"),
         ("set_clip", {}, BASE, True, "enabled"),
         ("frobnicate", {}, BASE, True, "frobnicate"),
     ],
-)  # fmt: skip
+)
 def test_impossible_actions_are_rejected_with_a_reason(kind, params, controls, moe, reason):
     with pytest.raises(Rejected, match=reason):
         _apply(kind, params, controls, moe)

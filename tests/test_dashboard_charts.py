@@ -179,10 +179,19 @@ def test_timeline_puts_alerts_on_their_factor_row():
 
 @pytest.mark.parametrize(
     ("host", "loop"),
-    [("127.0.0.1", True), ("127.0.1.5", True), ("::1", True), ("[::1]", True),
-     ("localhost", True), ("0.0.0.0", False), ("", False), ("::", False),
-     ("192.168.1.4", False), ("example.org", False)],
-)  # fmt: skip
+    [
+        ("127.0.0.1", True),
+        ("127.0.1.5", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("localhost", True),
+        ("0.0.0.0", False),
+        ("", False),
+        ("::", False),
+        ("192.168.1.4", False),
+        ("example.org", False),
+    ],
+)
 def test_is_loopback(host, loop):
     assert is_loopback(host) is loop
 

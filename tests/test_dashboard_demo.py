@@ -45,9 +45,17 @@ pytestmark = [
     ),
 ]
 SHORT = [
-    "--engine", "torch", "--steps", "45",
-    "--set", "train.prompts_per_step=16", "--set", "eval.every=0", "--set", "eval.samples=1",
-]  # fmt: skip
+    "--engine",
+    "torch",
+    "--steps",
+    "45",
+    "--set",
+    "train.prompts_per_step=16",
+    "--set",
+    "eval.every=0",
+    "--set",
+    "eval.samples=1",
+]
 # What the page shows of the loop, polled in the page: the story's lines (innerText) and
 # the Plotly figures' own data (each chart's div carries its traces and layout).
 LOOP = r"""() => {

@@ -40,9 +40,13 @@ def test_defaults_are_loopback_headless_and_without_telemetry():
 
 @pytest.mark.parametrize(
     ("host", "url"),
-    [("127.0.0.1", "http://127.0.0.1:8501/"), ("0.0.0.0", "http://127.0.0.1:8501/"),
-     ("::1", "http://[::1]:8501/"), ("10.1.2.3", "http://10.1.2.3:8501/")],
-)  # fmt: skip
+    [
+        ("127.0.0.1", "http://127.0.0.1:8501/"),
+        ("0.0.0.0", "http://127.0.0.1:8501/"),
+        ("::1", "http://[::1]:8501/"),
+        ("10.1.2.3", "http://10.1.2.3:8501/"),
+    ],
+)
 def test_dashboard_url(host, url):
     assert dashboard_url(host, 8501) == url
 

@@ -32,11 +32,28 @@ ENV = {
 }
 # read from the θ_old pass of the same rollout: equal up to float32 summation order
 BEFORE_UPDATE = [
-    *(f"mismatch/{k}" for k in ("kl_k1", "kl_k3", "ratio_min", "ratio_max", "ratio_p01",
-      "ratio_p99", "chi2_seq", "ess", "prob_corr", "max_abs_prob_diff")),
-    "policy/entropy", "routing/mismatch_train_infer", "routing/overlap", "routing/load_cv",
-    "reward/mean", "response/len_mean",
-]  # fmt: skip
+    *(
+        f"mismatch/{k}"
+        for k in (
+            "kl_k1",
+            "kl_k3",
+            "ratio_min",
+            "ratio_max",
+            "ratio_p01",
+            "ratio_p99",
+            "chi2_seq",
+            "ess",
+            "prob_corr",
+            "max_abs_prob_diff",
+        )
+    ),
+    "policy/entropy",
+    "routing/mismatch_train_infer",
+    "routing/overlap",
+    "routing/load_cv",
+    "reward/mean",
+    "response/len_mean",
+]
 # the first update is the same; AdamW's first steps (m/√v ≈ ±1) turn rounding noise in
 # near-zero gradient entries into lr-sized moves, so later updates agree more loosely
 AFTER_UPDATE = [

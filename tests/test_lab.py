@@ -62,8 +62,13 @@ def test_the_matrix_is_the_papers_and_every_recipe_loads():
     seen = {}
     for s in SETTINGS:
         cfg = load_config(REPO / "configs" / "lab" / f"{s.name}.yaml")
-        seen[s.name] = (cfg.train.mini_batches, cfg.loss.clip, cfg.train.routing_replay,
-                        cfg.loss.is_policy, cfg.loss.length_norm)  # fmt: skip
+        seen[s.name] = (
+            cfg.train.mini_batches,
+            cfg.loss.clip,
+            cfg.train.routing_replay,
+            cfg.loss.is_policy,
+            cfg.loss.length_norm,
+        )
         # the same induced mismatch, task and budget everywhere: only the recipe moves
         assert (cfg.engine.inference, cfg.engine.weight_quant, cfg.task.kind) == (
             "vllm",
@@ -84,8 +89,12 @@ def test_the_matrix_is_the_papers_and_every_recipe_loads():
 
 def test_specs_are_seed_major_and_a_changed_spec_is_refused(tmp_path):
     specs = lab_specs(tmp_path, ["onpolicy_minirl", "onpolicy_no_is"], 2, 5, [])
-    assert [s.key for s in specs] == ["onpolicy_minirl/seed0", "onpolicy_no_is/seed0",
-                                      "onpolicy_minirl/seed1", "onpolicy_no_is/seed1"]  # fmt: skip
+    assert [s.key for s in specs] == [
+        "onpolicy_minirl/seed0",
+        "onpolicy_no_is/seed0",
+        "onpolicy_minirl/seed1",
+        "onpolicy_no_is/seed1",
+    ]
     assert "seed=1" in specs[2].overrides and "train.steps=5" in specs[2].overrides
     manifest = merge_specs(Manifest(), specs)
     save_manifest(tmp_path, manifest)
@@ -117,12 +126,31 @@ def test_quick_lab_machinery_survives_a_kill_and_resumes(tmp_path):
     lab = tmp_path / "lab"
     sets = [a for o in [*TINY, f"cold_start.cache_dir={tmp_path / 'cache'}"] for a in ("--set", o)]
     out_md = tmp_path / "report.md"
-    argv = ["bench", "stability", "--settings", "onpolicy_minirl,onpolicy_no_is", "--steps", "3",
-            "--seeds", "1", "--lab-dir", str(lab), "--out", str(out_md), *sets]  # fmt: skip
+    argv = [
+        "bench",
+        "stability",
+        "--settings",
+        "onpolicy_minirl,onpolicy_no_is",
+        "--steps",
+        "3",
+        "--seeds",
+        "1",
+        "--lab-dir",
+        str(lab),
+        "--out",
+        str(out_md),
+        *sets,
+    ]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     cmd = [sys.executable, "-m", "app.cli", *argv]
-    runner = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    runner = subprocess.Popen(
+        cmd,
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     second = lab / "onpolicy_no_is" / "seed0"
 
     def second_has_checkpoint() -> bool:
@@ -173,9 +201,13 @@ def _synthetic_run(run_dir: Path, acc: np.ndarray, steps: int, seed: int) -> Non
     for step in range(steps + 1):
         scalars: dict[str, float] = {}
         if step > 0:
-            scalars = {"reward/acc": float(acc[step]), "reward/mean": float(acc[step]),
-                       "policy/entropy": 0.5 * (1 + acc[step]), "mismatch/kl_k1": 0.03,
-                       "routing/mismatch_train_infer": 0.07}  # fmt: skip
+            scalars = {
+                "reward/acc": float(acc[step]),
+                "reward/mean": float(acc[step]),
+                "policy/entropy": 0.5 * (1 + acc[step]),
+                "mismatch/kl_k1": 0.03,
+                "routing/mismatch_train_infer": 0.07,
+            }
         if step % 10 == 0:
             scalars["eval/acc"] = float(acc[step] + rng.normal(0, 0.005))
         mon.log(step, scalars)
@@ -189,13 +221,21 @@ def test_report_from_a_synthetic_lab(tmp_path):
     rising = 0.2 + 0.4 * t / n  # stable: rises to 0.6
     collapsing = np.where(t < 100, 0.2 + 0.4 * t / 100, np.maximum(0.0, 0.6 - 0.02 * (t - 100)))
     specs = []
-    for name, curves in (("onpolicy_minirl", (rising, rising + 0.02)),
-                         ("onpolicy_no_is", (collapsing, collapsing))):  # fmt: skip
+    for name, curves in (
+        ("onpolicy_minirl", (rising, rising + 0.02)),
+        ("onpolicy_no_is", (collapsing, collapsing)),
+    ):
         for seed, acc in enumerate(curves):
             run_dir = tmp_path / "lab" / name / f"seed{seed}"
             _synthetic_run(run_dir, acc, n, seed)
-            specs.append(RunSpec(f"{name}/seed{seed}", str(REPO / "configs/lab" / f"{name}.yaml"),
-                                 (f"seed={seed}",), str(run_dir)))  # fmt: skip
+            specs.append(
+                RunSpec(
+                    f"{name}/seed{seed}",
+                    str(REPO / "configs/lab" / f"{name}.yaml"),
+                    (f"seed={seed}",),
+                    str(run_dir),
+                )
+            )
     out = tmp_path / "res" / "stability.md"
     rows = write_stability_report(tmp_path / "lab", out, specs, "minirl bench stability --x")
     stable, broken = rows
@@ -258,18 +298,22 @@ def test_off_policy_verdicts_name_what_the_numbers_allow():
         return SettingRow(name, "off-policy", name, len(runs), runs, keys, [])  # type: ignore[arg-type]
 
     # 2x: no-clip collapses, R2 clearly below R3 -> (5) reproduced, (6) the other way round
-    two = [row("offpolicy2x_noclip", [0.0, 0.01, 0.02], True),
-           row("offpolicy2x_r2_noclip", [0.1, 0.12, 0.11], True),
-           row("offpolicy2x_r2", [0.30, 0.31, 0.32], False),
-           row("offpolicy2x_r3", [0.50, 0.51, 0.52], False)]  # fmt: skip
+    two = [
+        row("offpolicy2x_noclip", [0.0, 0.01, 0.02], True),
+        row("offpolicy2x_r2_noclip", [0.1, 0.12, 0.11], True),
+        row("offpolicy2x_r2", [0.30, 0.31, 0.32], False),
+        row("offpolicy2x_r3", [0.50, 0.51, 0.52], False),
+    ]
     lines = findings(two)
     assert lines[0].endswith(
         "→ reproduced (the settings without clipping collapse more or end lower)."
     )
     assert lines[1].endswith("→ not reproduced (the other way round).")
     # 8x: everything collapses -> neither claim can be tested
-    eight = [row(f"offpolicy8x_{v}", [0.0, 0.001, 0.0], True)
-             for v in ("noclip", "r2_noclip", "r2", "r3")]  # fmt: skip
+    eight = [
+        row(f"offpolicy8x_{v}", [0.0, 0.001, 0.0], True)
+        for v in ("noclip", "r2_noclip", "r2", "r3")
+    ]
     lines = findings(eight)
     assert "not testable here: every run collapses" in lines[0]
     assert "not testable here: both collapse in every run" in lines[1]

@@ -79,8 +79,10 @@ def cleared(events, detector: str) -> list[int]:
 
 def change_only(rule: ChangeRule, name: str = "probe") -> DetectorsConfig:
     """A config whose only per-metric rule is `rule` (as field `mismatch_kl`)."""
-    off = {f.name: dataclasses.replace(getattr(CFG, f.name), enabled=False)
-           for f in dataclasses.fields(CFG)}  # fmt: skip
+    off = {
+        f.name: dataclasses.replace(getattr(CFG, f.name), enabled=False)
+        for f in dataclasses.fields(CFG)
+    }
     return dataclasses.replace(CFG, **{**off, "mismatch_kl": rule})
 
 
@@ -114,10 +116,24 @@ def test_robust_z_matches_a_hand_computation():
 
 # ---------------------------------------------------------------------------- change rule
 SIMPLE = ChangeRule(
-    "x/m", "train_inference", "up", "fix it", scale="linear", warmup=10, window=40, gap=3,
-    min_baseline=15, recent=1, z=6.0, min_change=0.0, sigma_floor=1.0, persist=1,
-    z_clear=3.0, clear_after=2, cooldown=5,
-)  # fmt: skip
+    "x/m",
+    "train_inference",
+    "up",
+    "fix it",
+    scale="linear",
+    warmup=10,
+    window=40,
+    gap=3,
+    min_baseline=15,
+    recent=1,
+    z=6.0,
+    min_change=0.0,
+    sigma_floor=1.0,
+    persist=1,
+    z_clear=3.0,
+    clear_after=2,
+    cooldown=5,
+)
 
 
 def stream(values) -> list[dict[str, float]]:
@@ -157,7 +173,7 @@ def test_the_current_value_is_scored_against_a_baseline_without_it():
     values = [1.0, 2.0, 3.0, 4.0, 5.0, 9.0]
     ev = run(stream(values), change_only(rule), only="mismatch_kl")
     # baseline of step 5 is 1..5: median 3, MAD 1, scale 1.4826: z = 6/1.4826 = 4.05
-    (_, alert), = [(s, x) for s, x in ev if isinstance(x, AlertDraft)]  # fmt: skip
+    ((_, alert),) = [(s, x) for s, x in ev if isinstance(x, AlertDraft)]
     assert alert.baseline == 3.0 and "robust z 4.0" in alert.message and alert.window == 5
 
 
@@ -195,8 +211,20 @@ def test_change_clears_with_hysteresis_then_cools_down():
 
 
 def test_log_scale_rules_need_the_fold_as_well_as_the_score():
-    rule = ChangeRule("x/m", "staleness", "up", "fix", floor=1e-4, warmup=0, min_baseline=5,
-                      gap=0, recent=1, persist=1, z=6.0, min_change=2.0)  # fmt: skip
+    rule = ChangeRule(
+        "x/m",
+        "staleness",
+        "up",
+        "fix",
+        floor=1e-4,
+        warmup=0,
+        min_baseline=5,
+        gap=0,
+        recent=1,
+        persist=1,
+        z=6.0,
+        min_change=2.0,
+    )
     zeros = [0.0] * 10  # on-policy staleness: exactly 0, read as the floor 1e-4
     assert not fired(run(stream([*zeros, 1.9e-4]), change_only(rule), only="mismatch_kl"))
     ev = run(stream([*zeros, 1e-2]), change_only(rule), only="mismatch_kl")
@@ -274,11 +302,13 @@ def test_precursors_with_the_outcome_falling_are_critical_and_blame_the_first():
     for i, row in enumerate(s[90:]):
         row["reward/mean"] = max(0.0, row["reward/mean"] * (1 - 0.05 * i))  # collapsing
     ev = run(s)
-    warnings = [(st, x.detector) for st, x in ev if isinstance(x, AlertDraft)
-                and x.severity == "warning"]  # fmt: skip
+    warnings = [
+        (st, x.detector) for st, x in ev if isinstance(x, AlertDraft) and x.severity == "warning"
+    ]
     assert warnings[0][0] == 83  # recent median moves at 81, then 3 in a row
-    (step, crit), *_ = [(st, x) for st, x in ev if isinstance(x, AlertDraft)
-                        and x.detector == "breakdown"]  # fmt: skip
+    (step, crit), *_ = [
+        (st, x) for st, x in ev if isinstance(x, AlertDraft) and x.detector == "breakdown"
+    ]
     assert crit.severity == "critical" and crit.factor == "staleness"
     assert "staleness moved first" in crit.message and "outcome has lost" in crit.message
     assert step > 90
@@ -315,10 +345,12 @@ def test_nonfinite_values_never_poison_a_baseline():
 # ---------------------------------------------------------------------------- config
 def test_config_overrides_are_strict_and_typed():
     cfg = MonitorConfig.from_dict(
-        {"detectors": {"grad_norm": {"z": 8, "persist": 2}},
-         "remediation": {"max_attempts": 1, "icepop_band": [0.4, 4]},
-         "histograms": [{"pattern": "*", "lo": 0, "hi": 1, "bins": 10}]}
-    )  # fmt: skip
+        {
+            "detectors": {"grad_norm": {"z": 8, "persist": 2}},
+            "remediation": {"max_attempts": 1, "icepop_band": [0.4, 4]},
+            "histograms": [{"pattern": "*", "lo": 0, "hi": 1, "bins": 10}],
+        }
+    )
     rule = cfg.detectors.grad_norm
     assert (rule.z, rule.persist, rule.min_change) == (8.0, 2, 4.5)  # the rest kept
     assert cfg.remediation.icepop_band == (0.4, 4.0) and cfg.remediation.max_attempts == 1

@@ -14,18 +14,35 @@ from monitor.records import Action, Alert
 from monitor.remediation import RemediationPolicy
 
 CONTROLS = {
-    "is_policy": "none", "is_cap": 5.0, "clip": True, "eps_low": 0.2, "eps_high": 0.27,
-    "routing_replay": "none", "mini_batches": 1, "length_norm": False, "lr": 3e-4, "moe": True,
-}  # fmt: skip
+    "is_policy": "none",
+    "is_cap": 5.0,
+    "clip": True,
+    "eps_low": 0.2,
+    "eps_high": 0.27,
+    "routing_replay": "none",
+    "mini_batches": 1,
+    "length_norm": False,
+    "lr": 3e-4,
+    "moe": True,
+}
 
 
 def alert(
     detector="mismatch_kl", factor="train_inference", severity="warning", step=10, id=1, value=1.0
 ):
     return Alert(
-        detector=detector, severity=severity, metric="m", value=value, baseline=0.1, window=50,
-        factor=factor, message="m = 1 (10× baseline)", remedy="r", id=id, step=step,
-    )  # fmt: skip
+        detector=detector,
+        severity=severity,
+        metric="m",
+        value=value,
+        baseline=0.1,
+        window=50,
+        factor=factor,
+        message="m = 1 (10× baseline)",
+        remedy="r",
+        id=id,
+        step=step,
+    )
 
 
 def decide(alerts, controls=CONTROLS, history=(), open_alerts=(), step=10, **cfg):
@@ -99,18 +116,33 @@ def test_a_breakdown_rolls_back_and_fixes_its_factor_escalating_each_time():
 
 
 def test_an_optimisation_breakdown_caps_the_lr_at_half_its_pre_episode_value():
-    lr_rise = Alert(detector="lr_rise", severity="warning", metric="optim/lr", value=1e-3,
-                    baseline=2e-4, window=30, factor="optimisation", message="lr rose",
-                    remedy="r", id=5, step=48)  # fmt: skip
+    lr_rise = Alert(
+        detector="lr_rise",
+        severity="warning",
+        metric="optim/lr",
+        value=1e-3,
+        baseline=2e-4,
+        window=30,
+        factor="optimisation",
+        message="lr rose",
+        remedy="r",
+        id=5,
+        step=48,
+    )
     cause = crit("optimisation", value=3.0)
     # a breakdown blamed on the optimisation with the lr rising: half the lr before it rose
     kinds, _ = decide([cause], with_(lr=1e-3), open_alerts=[lr_rise])
     assert kinds == [("rollback", {}), ("set_lr_cap", {"lr": 1e-4})]
     kinds, _ = decide([cause], with_(lr=1e-3))  # no rising lr known: half the current one
     assert kinds == [("rollback", {}), ("set_lr_cap", {"lr": 5e-4})]
-    kinds, _ = decide([lr_rise.__class__(**{**vars(lr_rise), "severity": "critical",
-                                             "detector": "breakdown", "id": 6})],
-                      with_(lr=1e-3))  # fmt: skip
+    kinds, _ = decide(
+        [
+            lr_rise.__class__(
+                **{**vars(lr_rise), "severity": "critical", "detector": "breakdown", "id": 6}
+            )
+        ],
+        with_(lr=1e-3),
+    )
     assert kinds == [("rollback", {}), ("set_lr_cap", {"lr": 1e-4})]  # 0.5 × the baseline 2e-4
     kinds, _ = decide([cause], with_(lr=1e-3, lr_cap=4e-4))  # a cap already: lowered from it
     assert kinds == [("rollback", {}), ("set_lr_cap", {"lr": 2e-4})]
@@ -233,10 +265,14 @@ def test_limits_survive_a_resume(tmp_path):
 
 def test_every_kind_validates_and_applies_to_controls():
     cases = {
-        "set_is_correction": ({"enabled": True, "cap": 3},
-                              {"is_policy": "token_tis", "is_cap": 3.0}),
-        "set_is_policy": ({"policy": "seq_mis", "band": (0.5, 2)},
-                          {"is_policy": "seq_mis", "is_band": [0.5, 2.0]}),
+        "set_is_correction": (
+            {"enabled": True, "cap": 3},
+            {"is_policy": "token_tis", "is_cap": 3.0},
+        ),
+        "set_is_policy": (
+            {"policy": "seq_mis", "band": (0.5, 2)},
+            {"is_policy": "seq_mis", "is_band": [0.5, 2.0]},
+        ),
         "set_clip": ({"enabled": True, "eps_high": 0.3}, {"eps_high": 0.3}),
         "set_routing_replay": ({"mode": "R3"}, {"routing_replay": "R3"}),
         "set_mini_batches": ({"n": 2}, {"mini_batches": 2}),
@@ -245,7 +281,7 @@ def test_every_kind_validates_and_applies_to_controls():
         "set_lr_cap": ({"lr": 1e-4}, {"lr_cap": 1e-4}),
         "rollback": ({"step": 40}, {}),
         "stop": ({}, {}),
-    }  # fmt: skip
+    }
     assert set(cases) == set(KINDS)
     for kind, (params, changed) in cases.items():
         after = apply_to_controls(CONTROLS, kind, params)

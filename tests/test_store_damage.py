@@ -27,9 +27,13 @@ def runs(tmp_path):
 
 def _zero_a_page_of(store, table: str) -> None:
     conn = sqlite3.connect(store)
-    pages = [r[0] for r in conn.execute(
-        "SELECT pageno FROM dbstat WHERE name = ? AND pagetype = 'leaf' ORDER BY pageno", (table,)
-    )]  # fmt: skip
+    pages = [
+        r[0]
+        for r in conn.execute(
+            "SELECT pageno FROM dbstat WHERE name = ? AND pagetype = 'leaf' ORDER BY pageno",
+            (table,),
+        )
+    ]
     conn.close()
     data = bytearray(store.read_bytes())
     page = pages[len(pages) // 2]

@@ -18,20 +18,55 @@ from trainer.run import train
 
 # the per-step metrics that apply to an MoE run with diagnostics on
 EVERY_STEP = {
-    *(f"mismatch/{k}" for k in ("kl_k1", "kl_k2", "kl_k3", "ratio_mean", "ratio_min",
-      "ratio_max", "ratio_p01", "ratio_p99", "frac_outside_band", "chi2_token", "chi2_seq",
-      "ess", "prob_corr", "max_abs_prob_diff")),
+    *(
+        f"mismatch/{k}"
+        for k in (
+            "kl_k1",
+            "kl_k2",
+            "kl_k3",
+            "ratio_mean",
+            "ratio_min",
+            "ratio_max",
+            "ratio_p01",
+            "ratio_p99",
+            "frac_outside_band",
+            "chi2_token",
+            "chi2_seq",
+            "ess",
+            "prob_corr",
+            "max_abs_prob_diff",
+        )
+    ),
     *(f"staleness/{k}" for k in ("ratio_mean", "ratio_min", "ratio_max", "kl_k3", "mask_frac")),
-    "is/weight_mean", "is/weight_max", "is/trunc_frac", "approx/seq_residual",
-    "routing/mismatch_train_infer", "routing/mismatch_stale", "routing/tokens_any_layer_diff",
-    "routing/overlap", "routing/load_cv", "routing/mismatch_train_infer/layer0",
-    "routing/mismatch_stale/layer1", "policy/entropy",
-    "reward/mean", "reward/std", "reward/acc", "reward/zero_adv_group_frac",
-    "response/len_mean", "response/len_max", "response/trunc_frac",
-    "optim/loss", "optim/grad_norm", "optim/lr",
-    "perf/step_s", "perf/rollout_s", "perf/train_s", "perf/diag_s", "perf/tokens_per_s",
+    "is/weight_mean",
+    "is/weight_max",
+    "is/trunc_frac",
+    "approx/seq_residual",
+    "routing/mismatch_train_infer",
+    "routing/mismatch_stale",
+    "routing/tokens_any_layer_diff",
+    "routing/overlap",
+    "routing/load_cv",
+    "routing/mismatch_train_infer/layer0",
+    "routing/mismatch_stale/layer1",
+    "policy/entropy",
+    "reward/mean",
+    "reward/std",
+    "reward/acc",
+    "reward/zero_adv_group_frac",
+    "response/len_mean",
+    "response/len_max",
+    "response/trunc_frac",
+    "optim/loss",
+    "optim/grad_norm",
+    "optim/lr",
+    "perf/step_s",
+    "perf/rollout_s",
+    "perf/train_s",
+    "perf/diag_s",
+    "perf/tokens_per_s",
     "perf/sync_s",
-}  # fmt: skip
+}
 
 
 def _series(run_dir, name):
@@ -215,14 +250,19 @@ def _with_requests(monkeypatch, cfg, at_step: int, requests: list[tuple[str, dic
 
 def test_actions_from_outside_are_applied_or_rejected_with_a_reason(tiny_config, monkeypatch):
     cfg = tiny_config(train={"steps": 3, "mini_batches": 2})
-    _with_requests(monkeypatch, cfg, 1, [
-        ("set_mini_batches", {"n": 1}),
-        ("scale_lr", {"factor": 0.5}),
-        ("set_clip", {"enabled": False}),
-        ("set_routing_replay", {"mode": "R2"}),
-        ("set_is_policy", {"policy": "icepop", "band": [0.5, 5.0]}),
-        ("set_length_norm", {"enabled": True}),
-    ])  # fmt: skip
+    _with_requests(
+        monkeypatch,
+        cfg,
+        1,
+        [
+            ("set_mini_batches", {"n": 1}),
+            ("scale_lr", {"factor": 0.5}),
+            ("set_clip", {"enabled": False}),
+            ("set_routing_replay", {"mode": "R2"}),
+            ("set_is_policy", {"policy": "icepop", "band": [0.5, 5.0]}),
+            ("set_length_norm", {"enabled": True}),
+        ],
+    )
     train(cfg, progress=False)
     reader = RunReader(cfg.resolved_run_dir)
     actions = {a.kind: a for a in reader.actions()}
