@@ -13,6 +13,8 @@ time and its training part (`perf/train_s`: the θ_old pass and the update; the 
 and the evaluations are vLLM's in both), and the mean training-inference mismatch.
 Writes --out (Markdown, with the command) and the numbers as JSON beside it. Not part of
 the test suite (about 10 minutes on 2 CPU cores); existing finished runs are reused.
+Because a shared machine makes per-step times noisy, the training part is also timed
+alone on one fixed batch, the two engines interleaved.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import shlex
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from bench import REPO, RESULTS
@@ -69,11 +72,60 @@ def _read(run_dir: Path) -> dict:
     return out
 
 
+def _time_engines(args: argparse.Namespace, tmp: Path) -> dict:
+    """The training part alone, on a fixed demo-sized batch (32 prompts x 8 responses,
+    a 12-token prompt, 40 response tokens) of the demo's model shape: per repeat, each
+    engine runs a θ_old pass (no grad, routes recorded, R3 replay) and one update
+    (forward under R3, backward, AdamW), the engines interleaved so that the machine's
+    load hits both alike; one torch thread. Median and minimum wall seconds, and CPU
+    seconds (the least load-sensitive of the three)."""
+    import time
+
+    import torch
+
+    from trainer.engines.config import EngineConfig, OptimConfig
+    from trainer.engines.factory import make_training_engine
+    from trainer.models import ModelConfig, build_tiny_checkpoint
+
+    torch.set_num_threads(1)  # CPU seconds then measure work, not OpenMP spin-waits
+    ckpt = build_tiny_checkpoint(ModelConfig(), tmp / "model")
+    engines = {
+        e: make_training_engine(ckpt, EngineConfig(training=e), OptimConfig(lr=1e-5))
+        for e in ENGINES
+    }
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, 99, (256, 52), generator=gen)
+    attn, mask = torch.ones_like(ids), torch.zeros(256, 52)
+    mask[:, 12:] = 1
+    adv = torch.linspace(-1, 1, 256)
+    with torch.no_grad():
+        _, _, replay = engines["torch"].forward_logprobs(ids, attn, mask, record=True)
+    times: dict[str, dict[str, list[float]]] = {e: {"wall": [], "cpu": []} for e in ENGINES}
+    for _ in range(args.repeats + 1):  # the first is a warm-up
+        for name, eng in engines.items():
+            w0, c0 = time.perf_counter(), time.process_time()
+            with torch.no_grad():
+                eng.forward_logprobs(ids, attn, mask, replay=replay, record=True)
+            logp, _, _ = eng.forward_logprobs(ids, attn, mask, replay=replay, record=True)
+            eng.step(-(adv[:, None] * logp * mask).sum() / 256)
+            times[name]["wall"].append(time.perf_counter() - w0)
+            times[name]["cpu"].append(time.process_time() - c0)
+    return {
+        name: {
+            "wall_median_s": statistics.median(t["wall"][1:]),
+            "wall_min_s": min(t["wall"][1:]),
+            "cpu_median_s": statistics.median(t["cpu"][1:]),
+        }
+        for name, t in times.items()
+    }
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="minirl bench megatron", description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=30, help="RL steps per run")
     p.add_argument("--eval-every", type=int, default=5, help="steps between evaluations")
     p.add_argument("--threads", type=int, default=2, help="torch threads of each run")
+    p.add_argument("--repeats", type=int, default=7, help="timed training parts per engine")
     p.add_argument("--runs", default=str(REPO / "runs" / "megatron-compare"))
     p.add_argument("--out", default=str(RESULTS / "megatron.md"))
     args = p.parse_args(argv)
@@ -82,6 +134,8 @@ def main(argv: list[str]) -> int:
     for engine in ENGINES:
         _train(runs / engine, engine, args)
         result[engine] = _read(runs / engine)
+    with tempfile.TemporaryDirectory(prefix="minirl-megatron-") as tmp:
+        result["engine_timing"] = _time_engines(args, Path(tmp))
     result["load_avg_end"] = round(os.getloadavg()[0], 1)
     out = Path(args.out)
     out.write_text(_markdown(result, args))
@@ -132,4 +186,21 @@ def _markdown(r: dict, args: argparse.Namespace) -> str:
     ]
     for label, key, fmt in rows:
         lines.append(f"| {label} | {format(t[key], fmt)} | {format(m[key], fmt)} |")
+    et = r["engine_timing"]
+    lines += [
+        "",
+        "The machine's load makes the per-step times of the runs noisy (each step also"
+        " trains on different samples). The training part alone, on one fixed demo-sized"
+        " batch (256 rows of 52 tokens, R3 replay), the engines interleaved,"
+        f" {args.repeats} repeats after a warm-up (θ_old pass + one update), one torch thread:",
+        "",
+        "| | transformers | Megatron |",
+        "|---|---:|---:|",
+    ]
+    for label, key in (
+        ("wall s, median", "wall_median_s"),
+        ("wall s, minimum", "wall_min_s"),
+        ("CPU s, median", "cpu_median_s"),
+    ):
+        lines.append(f"| {label} | {et['torch'][key]:.3f} | {et['megatron'][key]:.3f} |")
     return "\n".join(lines) + "\n"
