@@ -149,7 +149,8 @@ def _markdown(r: dict, args: argparse.Namespace) -> str:
     lines = [
         "# Megatron vs transformers training engine: the demo with vLLM rollouts and R3",
         "",
-        f"Command: `{r['command']}` (all numbers below from this one run).",
+        f"Command: `{r['command']}`: it trains the two runs below unless --runs holds them"
+        " finished (then reused), and times the engines on each call.",
         "",
         f"`minirl train {CONFIG}` twice, {args.steps} steps, seed 0, `train.routing_replay=R3`,"
         " the scripted incident and remediation off, `--set engine.training=torch|megatron`;"
