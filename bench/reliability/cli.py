@@ -82,11 +82,11 @@ def _faults(work: Path, kills: int, reps: int, log) -> tuple[list[list[Any]], li
         clean,
     )
     s = disk_full.store_write(work)
-    what = f"nothing: {s['steps_kept']} steps kept; one error: {s['error'][-90:]}"
+    what = f"nothing: {s['steps_kept']} steps kept; one error: {s['error']}"
     add(f"disk full during a store write ({s['how']})", 1, what, s["ok"])
     c = disk_full.checkpoint_write(work)
     what = f"nothing: {c.get('steps_kept')} steps kept, no partial file; one error: "
-    what += c.get("error", "")[-90:]
+    what += c.get("error", "")
     add(
         f"disk full during a checkpoint write ({c['how']})", int(c["ok"] is not None), what, c["ok"]
     )

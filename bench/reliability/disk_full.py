@@ -91,7 +91,7 @@ def store_write(work: Path, size: str = "300k") -> dict:
     return {
         "ok": ok,
         "how": "tmpfs " + size,
-        "error": message[-160:],
+        "error": message[:400],
         "steps_kept": kept,
         "after_resume": after,
     }
@@ -124,7 +124,7 @@ def _store_write_simulated(work: Path) -> dict:
     return {
         "ok": ok,
         "how": "simulated (max_page_count)",
-        "error": message[-160:],
+        "error": message[:400],
         "steps_kept": kept,
     }
 
@@ -164,7 +164,7 @@ def checkpoint_write(work: Path, free: int = 2_500_000) -> dict:
         "ok": ok,
         "how": f"tmpfs with {free // 1000} kB free",
         "exit": code,
-        "error": (error or [""])[0][-200:],
+        "error": (error or [""])[0][:400],
         "steps_kept": kept,
         "partial_files": partial,
         "resume_exit": resumed,
