@@ -25,6 +25,8 @@ def test_apply_installs_each_patch_once():
         "RotaryEmbedding.get_emb",
         "DotProductAttention.forward",
         "CudaRNGStatesTracker.fork",
+        "mappings._gather_along_first_dim",
+        "mappings._reduce_scatter_along_first_dim",
         "moe_utils.te_general_gemm",
     }
     from megatron.core.transformer.moe import moe_utils

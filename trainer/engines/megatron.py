@@ -58,6 +58,15 @@ def megatron_world() -> AbstractContextManager[None]:
     return _world.active()
 
 
+def megatron_logits(module: torch.nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
+    """[B, S, V] logits of a Megatron GPTModel on right-padded rows: positions 0..S-1 and
+    an explicit causal mask (Megatron's default one is allocated on CUDA)."""
+    batch, seq = input_ids.shape
+    positions = torch.arange(seq, device=input_ids.device).expand(batch, seq)
+    causal = torch.ones(seq, seq, dtype=torch.bool, device=input_ids.device).triu(1)
+    return module(input_ids, positions, attention_mask=causal[None, None])
+
+
 def _require_megatron(device: torch.device) -> None:
     # megatron-core warns at import and on every forward about what a CPU install lacks
     # (Apex, Transformer Engine, a default tp group): noise in the trainer's output
@@ -156,11 +165,8 @@ class MegatronTrainingEngine:
         input_ids, attention_mask, response_mask = (
             t.to(dev) for t in (input_ids, attention_mask, response_mask)
         )
-        batch, seq = input_ids.shape
-        positions = torch.arange(seq, device=dev).expand(batch, seq)
-        causal = torch.ones(seq, seq, dtype=torch.bool, device=dev).triu(1)[None, None]
-        with megatron_world(), routed(self.module, batch, replay, record) as cap:
-            logits = self.module(input_ids, positions, attention_mask=causal)  # [B, S, V]
+        with megatron_world(), routed(self.module, len(input_ids), replay, record) as cap:
+            logits = megatron_logits(self.module, input_ids)
 
         target = response_mask[:, 1:] > 0  # the token at j is scored by the logits at j-1
         pred = logits[:, :-1][target].float()  # [N, V]

@@ -129,8 +129,15 @@ def _qkv_rows(hf: Any) -> tuple[int, int, int]:
     return groups, hf.num_attention_heads // groups * d, d
 
 
-def hf_to_megatron(state: dict[str, torch.Tensor], hf: Any) -> dict[str, torch.Tensor]:
-    """Megatron's weights from HF's (every HF tensor is used; new tensors, no aliasing)."""
+def hf_to_megatron(
+    state: dict[str, torch.Tensor], hf: Any, ep_rank: int = 0, ep_size: int = 1
+) -> dict[str, torch.Tensor]:
+    """Megatron's weights from HF's (new tensors, no aliasing). With expert parallel
+    `ep_size` > 1: the shard of rank `ep_rank`, whose local expert e is global expert
+    ep_rank * E/ep_size + e (Megatron's layout); the rest is replicated."""
+    if hf.num_experts % ep_size or not 0 <= ep_rank < ep_size:
+        raise ValueError(f"expert parallel rank {ep_rank} of {ep_size}: {hf.num_experts} experts")
+    local = hf.num_experts // ep_size
     groups, q_rows, d = _qkv_rows(hf)
     out = {
         "embedding.word_embeddings.weight": state["model.embed_tokens.weight"],
@@ -151,10 +158,10 @@ def hf_to_megatron(state: dict[str, torch.Tensor], hf: Any) -> dict[str, torch.T
         out[m + "pre_mlp_layernorm.weight"] = state[h + "post_attention_layernorm.weight"]
         out[m + "mlp.router.weight"] = state[h + "mlp.gate.weight"]
         gate_up, down = state[h + "mlp.experts.gate_up_proj"], state[h + "mlp.experts.down_proj"]
-        for e in range(hf.num_experts):
+        for e in range(local):
             expert = f"{m}mlp.experts.local_experts.{e}."
-            out[expert + "linear_fc1.weight"] = gate_up[e]
-            out[expert + "linear_fc2.weight"] = down[e]
+            out[expert + "linear_fc1.weight"] = gate_up[ep_rank * local + e]
+            out[expert + "linear_fc2.weight"] = down[ep_rank * local + e]
     return {name: t.detach().clone() for name, t in out.items()}
 
 

@@ -16,7 +16,12 @@ tested (tests/test_megatron_cpu.py).
 2. `CudaRNGStatesTracker.fork` (attention dropout's RNG fork) needs CUDA RNG states that
    only `model_parallel_cuda_manual_seed` (CUDA-only) adds. Without CUDA the fork is a
    no-op: the CPU generator is used, as everywhere else (the models have no dropout).
-3. `moe_utils.te_general_gemm` is referenced by the router's gating GEMM but defined
+3. `mappings._gather_along_first_dim` / `_reduce_scatter_along_first_dim` (only called
+   with expert or tensor parallel > 1: the allgather dispatcher's token gathers,
+   forward and backward) allocate their output on `torch.cuda.current_device()`: run
+   with it answering "cpu" as in 1. With them, expert parallel 2 runs on 2 gloo
+   processes (tests/test_megatron_ep.py).
+4. `moe_utils.te_general_gemm` is referenced by the router's gating GEMM but defined
    only when Transformer Engine imports (0.16.1 bug: NameError without TE). Set to
    None, the value the code's own fallback (`torch.mm`) tests for.
 
@@ -83,6 +88,7 @@ def apply() -> list[str]:
             f"{', '.join(CHECKED_VERSIONS)} only; install megatron-core==0.16.1 or use a GPU"
         )
     from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
+    from megatron.core.tensor_parallel import mappings
     from megatron.core.tensor_parallel.random import CudaRNGStatesTracker
     from megatron.core.transformer.dot_product_attention import DotProductAttention
     from megatron.core.transformer.moe import moe_utils
@@ -95,6 +101,9 @@ def apply() -> list[str]:
     ):
         setattr(cls, name, _on_cpu(getattr(cls, name)))
         _applied.append(f"{cls.__name__}.{name}")
+    for name in ("_gather_along_first_dim", "_reduce_scatter_along_first_dim"):
+        setattr(mappings, name, _on_cpu(getattr(mappings, name)))
+        _applied.append(f"mappings.{name}")
     CudaRNGStatesTracker.fork = _no_fork  # type: ignore[method-assign]
     _applied.append("CudaRNGStatesTracker.fork")
     if not hasattr(moe_utils, "te_general_gemm"):
