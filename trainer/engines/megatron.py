@@ -237,6 +237,11 @@ class MegatronTrainingEngine:
         }
 
     def load_state_dict(self, state: dict) -> None:
+        if "model.embed_tokens.weight" in state["model"]:  # a transformers-engine checkpoint
+            raise UserError(
+                "checkpoint of engine.training=torch (its optimiser state does not fit "
+                "Megatron's parameters): resume with --set engine.training=torch"
+            )
         convert.load_into(self.module, state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.set_lr_scale(float(state["lr_scale"]))
