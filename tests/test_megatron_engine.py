@@ -192,3 +192,39 @@ def test_user_errors(ckpt, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "megatron.core", None)  # as if not installed
     with pytest.raises(UserError, match=r"pip install 'minirl\[megatron\]'"):
         MegatronTrainingEngine(ckpt, MEGATRON, OptimConfig())
+
+
+def test_the_loop_on_megatron_r2_then_resume(tiny_config, monkeypatch):
+    """`engine.training: megatron` through trainer.run: R2 replays the θ_old pass's
+    Megatron routes (a no-op on the first mini-batch), fp32 inference agrees with the
+    Megatron policy (no mismatch), and a resume loads the Megatron checkpoint."""
+    from monitor import RunReader
+    from trainer.run import train
+
+    calls = []
+    original = MegatronTrainingEngine.forward_logprobs
+
+    def spy(engine, *args, replay=None, **kwargs):
+        out = original(engine, *args, replay=replay, **kwargs)
+        calls.append((replay, out[0].detach().clone(), out[2]))
+        return out
+
+    monkeypatch.setattr(MegatronTrainingEngine, "forward_logprobs", spy)
+    sections = dict(
+        engine={"training": "megatron", "inference_dtype": "fp32"},
+        checkpoint_every=2,
+    )
+    r2 = {"routing_replay": "R2", "mini_batches": 2}
+    result = train(tiny_config(train={"steps": 2, **r2}, **sections), progress=False)
+    assert (result.last_step, result.stopped) == (2, "completed")
+    (old_replay, old_logp, old_routes), (first_replay, first_logp, _) = calls[:2]
+    half = len(first_logp)
+    assert old_replay is None and torch.equal(first_replay, old_routes[:half])
+    torch.testing.assert_close(first_logp, old_logp[:half], rtol=0, atol=1e-6)
+    reader = RunReader(result.run_dir)
+    series = reader.scalars(["mismatch/kl_k1", "routing/mismatch_train_infer"])
+    assert max(abs(v) for v in series["mismatch/kl_k1"][1].tolist()) < 1e-5
+    assert series["routing/mismatch_train_infer"][1].tolist() == [0.0, 0.0]
+
+    again = train(tiny_config(train={"steps": 3, **r2}, **sections), resume=True, progress=False)
+    assert (again.last_step, again.stopped) == (3, "completed")
