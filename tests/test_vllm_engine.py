@@ -212,11 +212,11 @@ def test_check_sync_bounds():
         with pytest.raises(vllm_weights.WeightSyncError):
             vllm_weights.check_sync(ref + bad, ref, "fp32", 0.0)
     # bf16: mean bound = max(floor, factor * mean |transformers bf16 - fp32|)
-    noisy = ref + 0.01
-    report = vllm_weights.check_sync(ref + 0.02, ref, "bf16", 0.0, noisy)
-    assert report.on == "mean" and report.tol == pytest.approx(0.03)
+    noisy, factor = ref + 0.01, vllm_weights.BF16_NOISE_FACTOR
+    report = vllm_weights.check_sync(ref + 0.01 * factor * 0.99, ref, "bf16", 0.0, noisy)
+    assert report.on == "mean" and report.tol == pytest.approx(0.01 * factor)
     with pytest.raises(vllm_weights.WeightSyncError, match="mean"):
-        vllm_weights.check_sync(ref + 0.04, ref, "bf16", 0.0, noisy)
+        vllm_weights.check_sync(ref + 0.01 * factor * 1.01, ref, "bf16", 0.0, noisy)
     assert vllm_weights.check_sync(ref + 0.004, ref, "bf16", 0.0, ref).tol == 5e-3
     with pytest.raises(vllm_weights.WeightSyncError):
         vllm_weights.check_sync(ref + 0.006, ref, "bf16", 0.0, ref)

@@ -59,7 +59,7 @@ def test_bf16_weight_sync_calibrated_bound(checkpoint_and_engine):
             p.mul_(3.0)
     engine.update_weights(trainer.model)
     report = engine.last_sync
-    assert report.on == "mean" and 0.02 < report.mean_abs <= report.tol < 0.5
+    assert report.on == "mean" and 0.02 < report.mean_abs <= report.tol < 0.9
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(vllm_weights, "repack_cpu_moe_experts", lambda _model: 0)
         with pytest.raises(vllm_weights.WeightSyncError):
