@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from bench.detection.corpus import FRESH_SEEDS
 from bench.detection.score import LEAD_GOAL, MEDIAN_LEAD_GOAL, RunScore, Summary, summarise
 
 MONITORS = ("ours", "rlwatch")
@@ -70,11 +71,16 @@ def write(scores: dict[str, list[RunScore]], command: str, out: Path, notes: Seq
         split: {m: summarise([r for r in scores[m] if r.split == split]) for m in MONITORS}
         for split in ("report", "tune")
     }
+
+    def report_runs(m: str, keep: Callable[[RunScore], bool]) -> Summary:
+        return summarise([r for r in scores[m] if r.split == "report" and keep(r)])
+
     groups = {
-        group: {m: summarise([r for r in scores[m] if r.split == "report"
-                              and r.run.startswith(group + "/")]) for m in MONITORS}
+        group: {m: report_runs(m, lambda r, g=group: r.run.startswith(g + "/")) for m in MONITORS}
         for group in ("lab", "real")
-    }  # fmt: skip
+    }
+    fresh = {m: report_runs(m, lambda r: _seed(r) in FRESH_SEEDS) for m in MONITORS}
+    lab_seeds = sorted({k for r in scores["ours"] if r.split == "report" and (k := _seed(r)) >= 0})
     counts = {
         label: sum(r.label == label for r in scores["ours"])
         for label in ("collapse", "stable", "survived")
@@ -96,9 +102,15 @@ def write(scores: dict[str, list[RunScore]], command: str, out: Path, notes: Seq
         "",
         "### Report set by source",
         "",
-        "Lab incident runs (seeds 1-3):",
+        f"Lab incident runs (seeds {', '.join(map(str, lab_seeds))}):",
         "",
         *summary_table(groups["lab"]),
+        "",
+        f"Of which seeds {', '.join(map(str, FRESH_SEEDS))} alone, first run after the defaults "
+        "were frozen and the other report seeds had been scored (nothing could have been "
+        "fitted to them):",
+        "",
+        *summary_table(fresh),
         "",
         "Public logs of other trainers (bench/data/real/SOURCES.md):",
         "",
@@ -123,7 +135,14 @@ def write(scores: dict[str, list[RunScore]], command: str, out: Path, notes: Seq
         "report": {m: by_split["report"][m].as_json() for m in MONITORS},
         "tune": {m: by_split["tune"][m].as_json() for m in MONITORS},
         "report_by_source": {g: {m: s.as_json() for m, s in v.items()} for g, v in groups.items()},
+        "report_fresh_seeds": {m: s.as_json() for m, s in fresh.items()},
         "runs": {m: [vars(r) for r in scores[m]] for m in MONITORS},
     }
     out.with_suffix(".json").write_text(json.dumps(obj, indent=1) + "\n")
     return obj
+
+
+def _seed(r: RunScore) -> int:
+    """The seed of a lab run (`lab/<config>/seed<k>`), -1 for a public log."""
+    last = r.run.rsplit("/", 1)[-1]
+    return int(last[4:]) if r.run.startswith("lab/") and last[4:].isdigit() else -1
