@@ -49,6 +49,7 @@ from trainer.engines.config import EngineConfig, OptimConfig
 from trainer.engines.device import HOST
 from trainer.engines.reshard import full_fqn_state
 from trainer.engines.training import TorchTrainingEngine
+from trainer.engines.update import adamw
 from trainer.models import load_policy
 
 _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
@@ -79,13 +80,7 @@ class ShardedPolicy(TorchTrainingEngine):
             if isinstance(module, FSDPModule):  # ∇ of the whole batch: sum over ranks
                 module.set_gradient_divide_factor(1.0)
                 module.set_force_sum_reduction_for_comms(True)  # gloo has no PREMUL_SUM
-        self.optimizer = torch.optim.AdamW(  # as the base engine's, over this rank's shards
-            self.model.parameters(),
-            lr=optim.lr,
-            betas=(optim.beta1, optim.beta2),
-            eps=optim.eps,
-            weight_decay=optim.weight_decay,
-        )
+        self.optimizer = adamw(self.model.parameters(), optim)  # over this rank's shards
         self._graph: torch.Tensor | None = None  # this rank's log π of the last forward
 
     def forward(self, flags: tuple[bool, bool, bool], data: Any = None) -> Any:

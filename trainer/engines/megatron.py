@@ -9,7 +9,7 @@ transformers module that receives Megatron's current weights, converted back, ea
 it is read: that is what the inference engine syncs from (vLLM, in HF naming) and what
 π's own evaluation samples. R2/R3 and the routing diagnostics use Megatron's routes
 (megatron_routing.py). AdamW and gradient clipping are plain torch over Megatron's
-parameters (the same update as the transformers engine's, so the two are comparable).
+parameters: the transformers engine's update (update.py), so the two are comparable.
 
 Scope: one process, world size 1 (tensor, pipeline, expert and data parallel sizes 1),
 fp32 parameters, arch qwen3_moe. megatron-core needs a torch.distributed world even
@@ -20,7 +20,6 @@ On a CPU-only torch the patches of megatron_cpu.py are installed first.
 
 from __future__ import annotations
 
-import math
 import warnings
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -28,13 +27,13 @@ from pathlib import Path
 import torch
 
 from minirl.entropy import token_entropy
-from minirl.sequence import grad_cosine
 from monitor.errors import UserError
 from trainer import distributed
 from trainer.engines import megatron_convert as convert
 from trainer.engines.config import EngineConfig, OptimConfig
 from trainer.engines.device import resolve_device
 from trainer.engines.megatron_routing import routed
+from trainer.engines.update import PolicyUpdate, adamw
 from trainer.models import load_policy
 
 INSTALL_HINT = "pip install 'minirl[megatron]'"
@@ -90,7 +89,7 @@ def _require_megatron(device: torch.device) -> None:
         raise UserError(f"engine.training=megatron: {err}") from None
 
 
-class MegatronTrainingEngine:
+class MegatronTrainingEngine(PolicyUpdate):
     """`TrainingEngine` on megatron-core, world size 1; see the module docstring."""
 
     def __init__(
@@ -114,13 +113,7 @@ class MegatronTrainingEngine:
         convert.load_into(
             self.module, convert.hf_to_megatron(hf_model.state_dict(), self.hf_config)
         )
-        self.optimizer = torch.optim.AdamW(
-            self.module.parameters(),
-            lr=optim.lr,
-            betas=(optim.beta1, optim.beta2),
-            eps=optim.eps,
-            weight_decay=optim.weight_decay,
-        )
+        self.optimizer = adamw(self.module.parameters(), optim)
         self.lr_scale = 1.0
 
     # ------------------------------------------------------------------ the HF view
@@ -185,45 +178,11 @@ class MegatronTrainingEngine:
 
     # ------------------------------------------------------------------ optimiser
 
-    def set_lr_scale(self, scale: float) -> None:
-        """lr = base lr * scale for the following steps (remediation lowers it)."""
-        if not (math.isfinite(scale) and scale > 0):
-            raise ValueError(f"lr scale {scale}: must be a positive finite number")
-        self.lr_scale = float(scale)
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.optim.lr * self.lr_scale
+    def trained_module(self) -> torch.nn.Module:
+        return self.module
 
-    @property
-    def lr(self) -> float:
-        return self.optim.lr * self.lr_scale
-
-    def step_with_grad_cosine(
-        self, loss: torch.Tensor, reference: torch.Tensor
-    ) -> tuple[dict[str, float], float]:
-        """`step(loss)`, and the cosine between ∇loss and ∇reference (NaN if not finite)."""
-        params = [p for p in self.module.parameters() if p.requires_grad]
-        with megatron_world():
-            g_loss = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
-            g_ref = torch.autograd.grad(reference, params, allow_unused=True)
-        finite = all(g is None or bool(torch.isfinite(g).all()) for g in (*g_loss, *g_ref))
-        cosine = grad_cosine(list(g_loss), list(g_ref)) if finite else math.nan
-        for p, g in zip(params, g_loss, strict=True):
-            p.grad = g
-        return self.step(None), cosine
-
-    def step(self, loss: torch.Tensor | None = None) -> dict[str, float]:
-        """Backward `loss` (if given), clip, update, zero; a non-finite gradient norm
-        skips the update."""
-        if loss is not None:
-            with megatron_world():
-                loss.backward()
-        params = [p for p in self.module.parameters() if p.grad is not None]
-        max_norm = self.optim.grad_clip if self.optim.grad_clip > 0 else math.inf
-        norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm)) if params else 0.0
-        if math.isfinite(norm):
-            self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return {"optim/grad_norm": norm, "optim/lr": self.lr}
+    def autograd_context(self) -> AbstractContextManager[None]:
+        return megatron_world()
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -245,9 +204,3 @@ class MegatronTrainingEngine:
         convert.load_into(self.module, state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.set_lr_scale(float(state["lr_scale"]))
-
-    def save(self, path: str | Path) -> None:
-        torch.save(self.state_dict(), Path(path))
-
-    def load(self, path: str | Path) -> None:
-        self.load_state_dict(torch.load(Path(path), weights_only=True, map_location=self.device))

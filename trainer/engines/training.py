@@ -4,8 +4,9 @@
 `Rollout.logp`, optionally the full-vocabulary entropy at the same prefixes and the
 routing e^π the MoE layers chose, with Routing Replay on demand (R2 passes e^π_old,
 R3 passes the inference engine's e^μ; MiniRL, arXiv 2512.01374). `step` applies one
-optimiser update with gradient clipping. Log-probabilities are float32 math even with
-bf16 parameters, and are computed only at response positions (no [B, S, V] float copy).
+optimiser update with gradient clipping (update.py, shared with the Megatron engine).
+Log-probabilities are float32 math even with bf16 parameters, and are computed only at
+response positions (no [B, S, V] float copy).
 
 It deliberately knows nothing of advantages, mini-batches or losses: the RL step
 (`trainer/step.py`) calls `minirl.policy_loss` and hands the loss to `step`.
@@ -13,21 +14,20 @@ It deliberately knows nothing of advantages, mini-batches or losses: the RL step
 
 from __future__ import annotations
 
-import math
 from contextlib import ExitStack
 from pathlib import Path
 
 import torch
 
 from minirl.entropy import token_entropy
-from minirl.sequence import grad_cosine
 from trainer import routing
 from trainer.engines.config import EngineConfig, OptimConfig
 from trainer.engines.device import autocast, resolve_device
+from trainer.engines.update import PolicyUpdate, adamw
 from trainer.models import load_policy
 
 
-class TorchTrainingEngine:
+class TorchTrainingEngine(PolicyUpdate):
     """`TrainingEngine` on one process and one device (`engine.device`): π_θ in
     `train_dtype` (optionally under bf16 autocast), AdamW over all its parameters,
     gradient clipping."""
@@ -40,13 +40,7 @@ class TorchTrainingEngine:
         self.model, self.tokenizer = load_policy(checkpoint_dir, config.train_dtype, self.device)
         self.model.train()  # no dropout in these models; train mode for completeness
         self.num_moe_layers = routing.num_moe_layers(self.model)
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(),
-            lr=optim.lr,
-            betas=(optim.beta1, optim.beta2),
-            eps=optim.eps,
-            weight_decay=optim.weight_decay,
-        )
+        self.optimizer = adamw(self.model.parameters(), optim)
         self.lr_scale = 1.0
 
     @property
@@ -125,48 +119,8 @@ class TorchTrainingEngine:
 
     # ------------------------------------------------------------------ optimiser
 
-    def set_lr_scale(self, scale: float) -> None:
-        """lr = base lr * scale for the following steps (remediation lowers it)."""
-        if not (math.isfinite(scale) and scale > 0):
-            raise ValueError(f"lr scale {scale}: must be a positive finite number")
-        self.lr_scale = float(scale)
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.optim.lr * self.lr_scale
-
-    @property
-    def lr(self) -> float:
-        return self.optim.lr * self.lr_scale
-
-    def step_with_grad_cosine(
-        self, loss: torch.Tensor, reference: torch.Tensor
-    ) -> tuple[dict[str, float], float]:
-        """`step(loss)`, and the cosine between ∇loss and ∇reference (NaN when either is
-        not finite: `step` then skips the update). Two extra backward passes: a periodic
-        probe."""
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        g_loss = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
-        g_ref = torch.autograd.grad(reference, params, allow_unused=True)
-        finite = all(g is None or bool(torch.isfinite(g).all()) for g in (*g_loss, *g_ref))
-        cosine = grad_cosine(list(g_loss), list(g_ref)) if finite else math.nan
-        for p, g in zip(params, g_loss, strict=True):
-            p.grad = g
-        return self.step(None), cosine
-
-    def step(self, loss: torch.Tensor | None = None) -> dict[str, float]:
-        """Backward `loss` (if given) onto the accumulated gradients, clip, update, zero.
-
-        A non-finite gradient norm skips the update (the weights stay as they were) and
-        is reported as such, so one bad batch cannot poison the policy silently.
-        """
-        if loss is not None:
-            loss.backward()
-        params = [p for p in self.model.parameters() if p.grad is not None]
-        max_norm = self.optim.grad_clip if self.optim.grad_clip > 0 else math.inf
-        norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm)) if params else 0.0
-        if math.isfinite(norm):
-            self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return {"optim/grad_norm": norm, "optim/lr": self.lr}
+    def trained_module(self) -> torch.nn.Module:
+        return self.model
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -183,12 +137,6 @@ class TorchTrainingEngine:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.set_lr_scale(float(state["lr_scale"]))
-
-    def save(self, path: str | Path) -> None:
-        torch.save(self.state_dict(), Path(path))
-
-    def load(self, path: str | Path) -> None:
-        self.load_state_dict(torch.load(Path(path), weights_only=True, map_location=self.device))
 
 
 TrainingEngine = TorchTrainingEngine
