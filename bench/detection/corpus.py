@@ -13,7 +13,7 @@ Labels come from outcomes only, by one written rule for every run: `monitor.anal
 collapse onset on the first outcome metric present (training accuracy, reward, held-out
 accuracy). A lab run with an incident that did not collapse is `survived`: its alerts are
 reported apart, as neither hits nor false alarms. The tuning/report split is fixed before
-any result: lab seeds 0 and 4 tune, the others (1-3, then 5-6) report; a real run tunes
+any result: lab seeds 0 and 4 tune, the others (1-3, then 5-8) report; a real run tunes
 when the first byte of sha1(its source repository) is even, so all runs of one source sit
 on the same side.
 """
@@ -39,9 +39,10 @@ from monitor.reader import RunReader
 DATA = REPO / "bench" / "data"
 TUNING_SEEDS = (0, 4)
 """Lab seeds whose runs chose the defaults; every other seed is in the report set."""
-FRESH_SEEDS = (5, 6)
-"""Report seeds first run after the defaults were frozen and seeds 1-3 had been scored:
-the one part of the report set nobody could have looked at before the defaults were set."""
+FRESH_SEEDS = (5, 6, 7, 8)
+"""Report seeds first run after the defaults were frozen and seeds 1-3 had been scored
+(5-6, then 7-8): the part of the report set nobody could have looked at before the
+defaults were set."""
 Stream = list[tuple[int, dict[str, float]]]
 Label = Literal["collapse", "stable", "survived"]
 
