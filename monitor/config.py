@@ -83,9 +83,7 @@ class RemediationConfig:
     eps_low: float = 0.2
     eps_high: float = 0.27
     lr_factor: float = 0.5
-    """A breakdown blamed on the optimisation caps the lr at this × the current lr, or at
-    the pre-episode lr when a rising lr is the cause; a cap that did not hold is lowered
-    by this factor."""
+    """A breakdown blamed on the optimisation caps the lr at this × its pre-episode value."""
     onset_margin: int = 5
     """A precursor alert opens a few steps after its signal started moving (persistence):
     the healthy checkpoint of an episode is taken at least this many steps before it."""

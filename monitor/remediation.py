@@ -17,7 +17,7 @@ Two tiers, from the paper's recipes (arXiv 2512.01374):
 | staleness | clipping on if off, and halve the mini-batches per rollout |
 | routing | off-policy: R2 at ≤ 2 mini-batches, else R3 (R2 → R3); on-policy: the IS fix |
 | approximation | length norm off, else IS on, else clipping on, else fewer mini-batches |
-| optimisation | cap the lr for good: a rising lr at its pre-episode value, else halve it |
+| optimisation | cap the learning rate at half its pre-episode value for the rest of the run |
 
 A fix that did not hold — another breakdown after it — escalates: the next critical
 finds the run in the changed setting and takes the next step of the same recipe (a
@@ -162,19 +162,16 @@ class RemediationPolicy:
     def _lower_lr(
         self, alert: Alert, controls: Mapping[str, Any], context: Sequence[Alert], why: str
     ) -> ActionDraft:
-        """Cap the lr for the rest of the run. A rising lr (a rising-lr alert, this one or
-        an open one) is the cause: hold it at its pre-episode value, the alert's baseline,
-        which the run was healthy with. Otherwise, or when a cap is already set (it did not
-        hold), the cap is lr_factor × the current lr (or the cap, if lower)."""
+        """Cap the lr at lr_factor × its pre-episode value (the baseline of a rising-lr
+        alert, this one or an open one, else the current lr; a cap already set is
+        lowered from)."""
         c = self.cfg
         lr = controls.get("lr")
-        factor = c.lr_factor
         rising = next((a for a in (alert, *context) if a.metric == "optim/lr"), None)
         if rising is not None and rising.baseline == rising.baseline:  # not NaN
-            lr, factor = rising.baseline, 1.0
+            lr = rising.baseline
         if controls.get("lr_cap") is not None:
             lr = min(float(lr), float(controls["lr_cap"])) if lr is not None else None
-            factor = c.lr_factor
         if lr is None:
             return _d(
                 "scale_lr",
@@ -182,12 +179,12 @@ class RemediationPolicy:
                 f"{why} → lower the learning rate ×{c.lr_factor:g}",
                 alert,
             )
-        cap = float(lr) * factor
-        held = "its pre-episode value" if factor == 1.0 else f"{factor:g}× {float(lr):.3g}"
+        cap = float(lr) * c.lr_factor
         return _d(
             "set_lr_cap",
             {"lr": cap},
-            f"{why} → cap the learning rate at {cap:.3g} for the rest of the run ({held})",
+            f"{why} → cap the learning rate at {cap:.3g} for the rest of the run "
+            f"({c.lr_factor:g}× its pre-episode {float(lr):.3g})",
             alert,
         )
 
