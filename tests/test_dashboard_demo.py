@@ -123,9 +123,17 @@ def url_of(log: Path) -> str:
     return line.split()[1]
 
 
-def watch_loop(proc, runs: Path, log: Path, timeout_s: float, shots: Path | None = None) -> dict:
+def watch_loop(
+    proc,
+    runs: Path,
+    log: Path,
+    timeout_s: float,
+    shots: Path | None = None,
+    to_the_end: bool = False,
+) -> dict:
     """Open the Live page of the demo's run and wait, without reloading, until the loop is
-    on it or the run is over; returns what was seen."""
+    on it or the run is over (`to_the_end`: then also until the run has finished); returns
+    what was seen."""
     run = wait_for_run(proc, runs, log, timeout_s=timeout_s)
     print(f"{time.monotonic() - T0:.0f} s: run {run.name} has a step", flush=True)
     with chromium_page(width=1400, height=2000) as page:
@@ -140,7 +148,10 @@ def watch_loop(proc, runs: Path, log: Path, timeout_s: float, shots: Path | None
         if shots is not None:
             time.sleep(6)  # the charts' fragment redraws after the header's
             page.screenshot(path=str(shots / "demo_live_during.png"))
-            wait_until(page, "() => document.body.innerText.includes('○ finished')", 600)
+        if to_the_end or shots is not None:
+            finished = "() => document.body.innerText.includes('○ finished')"
+            assert wait_until(page, finished, 600) is not None, page_text(page)[-3000:]
+        if shots is not None:
             time.sleep(6)  # the charts' fragment redraws after the header's
             page.screenshot(path=str(shots / "demo_live.png"))
             page.goto(f"{url_of(log)}alerts?run={run.name}")
@@ -194,7 +205,13 @@ def test_full_demo_shows_the_loop(tmp_path: Path):
     shots = os.environ.get("MINIRL_DEMO_SCREENSHOTS")
     proc, runs, log = start_demo(tmp_path, [])
     try:
-        seen = watch_loop(proc, runs, log, timeout_s=600, shots=Path(shots) if shots else None)
+        seen = watch_loop(
+            proc, runs, log, timeout_s=600, shots=Path(shots) if shots else None, to_the_end=True
+        )
+        deadline = time.monotonic() + 60  # the run's end is stored before its summary prints
+        while "keeps serving" not in log.read_text(errors="replace"):
+            assert time.monotonic() < deadline and proc.poll() is None, log.read_text()[-2000:]
+            time.sleep(0.5)
     finally:
         out = stop(proc, log)
     check(seen, out)
