@@ -48,7 +48,7 @@ from trainer import distributed as ranks
 from trainer.engines.config import EngineConfig, OptimConfig
 from trainer.engines.device import HOST
 from trainer.engines.reshard import full_fqn_state
-from trainer.engines.training import TorchTrainingEngine
+from trainer.engines.training import TorchTrainingEngine, check_batch
 from trainer.engines.update import adamw
 from trainer.models import load_policy
 
@@ -98,7 +98,7 @@ class ShardedPolicy(TorchTrainingEngine):
         """Back-propagate rank 0's ∂loss/∂log π through this rank's rows, then update."""
         (grad,) = ranks.scatter_rows(data)
         self._backward(grad)
-        return self._update()
+        return self.apply_gradients()
 
     def backward_cosine_step(self, with_reference: bool, data: Any = None) -> Any:
         """`backward_step`, and the cosine between ∇loss and ∇reference over all shards."""
@@ -113,7 +113,7 @@ class ShardedPolicy(TorchTrainingEngine):
             cosine = _cosine(ref, [_local(p.grad) for p in params])
         else:
             self._backward(g_loss)
-        return self._update(), cosine
+        return self.apply_gradients(), cosine
 
     def _backward(self, grad: torch.Tensor, keep: bool = False) -> None:
         if self._graph is None:
@@ -121,17 +121,6 @@ class ShardedPolicy(TorchTrainingEngine):
         self._graph.backward(grad.to(self._graph.device), retain_graph=keep)
         if not keep:
             self._graph = None
-
-    def _update(self) -> dict[str, float]:
-        """Clip by the global norm, step (all ranks skip together on a non-finite norm)."""
-        params = [p for p in self.model.parameters() if p.grad is not None]
-        max_norm = self.optim.grad_clip if self.optim.grad_clip > 0 else math.inf
-        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
-        norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
-        if math.isfinite(norm):
-            self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return {"optim/grad_norm": norm, "optim/lr": self.lr}
 
     def full_weights(self) -> dict[str, torch.Tensor]:
         """The whole model's weights on rank 0 (empty elsewhere)."""
@@ -225,18 +214,12 @@ class FSDPTrainingEngine:
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """As TorchTrainingEngine.forward_logprobs, each rank on its share of the rows.
         With grad enabled, log π is a leaf whose gradient `step` sends back to the ranks."""
-        if input_ids.shape != attention_mask.shape or input_ids.shape != response_mask.shape:
-            raise ValueError(
-                f"shapes differ: input_ids {tuple(input_ids.shape)}, attention_mask "
-                f"{tuple(attention_mask.shape)}, response_mask {tuple(response_mask.shape)}"
-            )
+        check_batch(input_ids, attention_mask, response_mask)
         if input_ids.shape[0] < self.world_size:
             raise UserError(
                 f"{input_ids.shape[0]} rows for {self.world_size} ranks: every rank needs a "
                 "row (raise train.prompts_per_step or lower train.mini_batches)"
             )
-        if bool((response_mask[:, 0] > 0).any()):
-            raise ValueError("response_mask marks position 0, which has no prefix to score")
         if replay is not None and not self.is_moe:
             raise ValueError("routing replay on a dense model")
         flags = (torch.is_grad_enabled(), record, with_entropy)

@@ -26,13 +26,13 @@ from pathlib import Path
 
 import torch
 
-from minirl.entropy import token_entropy
 from monitor.errors import UserError
 from trainer import distributed
 from trainer.engines import megatron_convert as convert
 from trainer.engines.config import EngineConfig, OptimConfig
 from trainer.engines.device import resolve_device
 from trainer.engines.megatron_routing import routed
+from trainer.engines.training import check_batch, response_logprobs
 from trainer.engines.update import PolicyUpdate, adamw
 from trainer.models import load_policy
 
@@ -147,13 +147,7 @@ class MegatronTrainingEngine(PolicyUpdate):
         """(logp [B, S], entropy [B, S] | None, routing [B, S, L, k] | None), exactly as
         TorchTrainingEngine.forward_logprobs (right padding needs no key mask under the
         causal mask: a pad only follows the tokens that are scored)."""
-        if input_ids.shape != attention_mask.shape or input_ids.shape != response_mask.shape:
-            raise ValueError(
-                f"shapes differ: input_ids {tuple(input_ids.shape)}, attention_mask "
-                f"{tuple(attention_mask.shape)}, response_mask {tuple(response_mask.shape)}"
-            )
-        if bool((response_mask[:, 0] > 0).any()):
-            raise ValueError("response_mask marks position 0, which has no prefix to score")
+        check_batch(input_ids, attention_mask, response_mask)
         dev = self.device
         input_ids, attention_mask, response_mask = (
             t.to(dev) for t in (input_ids, attention_mask, response_mask)
@@ -161,16 +155,7 @@ class MegatronTrainingEngine(PolicyUpdate):
         with megatron_world(), routed(self.module, len(input_ids), replay, record) as cap:
             logits = megatron_logits(self.module, input_ids)
 
-        target = response_mask[:, 1:] > 0  # the token at j is scored by the logits at j-1
-        pred = logits[:, :-1][target].float()  # [N, V]
-        tok = input_ids[:, 1:][target]
-        tok_logp = pred.gather(-1, tok[:, None]).squeeze(-1) - torch.logsumexp(pred, dim=-1)
-        logp = torch.zeros(input_ids.shape, dtype=torch.float32, device=dev)
-        logp[:, 1:] = logp[:, 1:].masked_scatter(target, tok_logp)
-        entropy = None
-        if with_entropy:
-            entropy = torch.zeros(input_ids.shape, dtype=torch.float32, device=dev)
-            entropy[:, 1:][target] = token_entropy(pred.detach()[None])[0]
+        logp, entropy = response_logprobs(logits, input_ids, response_mask, with_entropy)
         routes = None
         if record:
             routes = cap.indices().masked_fill((attention_mask == 0)[..., None, None], -1)

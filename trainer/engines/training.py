@@ -27,6 +27,43 @@ from trainer.engines.update import PolicyUpdate, adamw
 from trainer.models import load_policy
 
 
+def check_batch(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, response_mask: torch.Tensor
+) -> None:
+    """What every training engine's `forward_logprobs` refuses: masks of another shape
+    than the ids, and a response at position 0 (no prefix to score it by)."""
+    if input_ids.shape != attention_mask.shape or input_ids.shape != response_mask.shape:
+        raise ValueError(
+            f"shapes differ: input_ids {tuple(input_ids.shape)}, attention_mask "
+            f"{tuple(attention_mask.shape)}, response_mask {tuple(response_mask.shape)}"
+        )
+    if bool((response_mask[:, 0] > 0).any()):
+        raise ValueError("response_mask marks position 0, which has no prefix to score")
+
+
+def response_logprobs(
+    logits: torch.Tensor,
+    input_ids: torch.Tensor,
+    response_mask: torch.Tensor,
+    with_entropy: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(log π [B, S], entropy [B, S] | None) from [B, S, V] logits: the token at j is scored
+    by the logits at j-1, in float32, at response positions only (0 elsewhere); the
+    entropy is the full vocabulary's at the same prefixes, without gradient."""
+    target = response_mask[:, 1:] > 0  # [B, S-1]
+    pred = logits[:, :-1][target]  # [N, V]
+    tok = input_ids[:, 1:][target]  # [N]
+    pred32 = pred.float()
+    tok_logp = pred32.gather(-1, tok[:, None]).squeeze(-1) - torch.logsumexp(pred32, dim=-1)
+    logp = torch.zeros(input_ids.shape, dtype=torch.float32, device=logits.device)
+    logp[:, 1:] = logp[:, 1:].masked_scatter(target, tok_logp)
+    entropy = None
+    if with_entropy:
+        entropy = torch.zeros(input_ids.shape, dtype=torch.float32, device=logits.device)
+        entropy[:, 1:][target] = token_entropy(pred.detach()[None])[0]
+    return logp, entropy
+
+
 class TorchTrainingEngine(PolicyUpdate):
     """`TrainingEngine` on one process and one device (`engine.device`): π_θ in
     `train_dtype` (optionally under bf16 autocast), AdamW over all its parameters,
@@ -75,13 +112,7 @@ class TorchTrainingEngine(PolicyUpdate):
         record: return the live routing, -1 on padding (MoE only, else None).
         Inputs on another device are moved to the engine's; outputs are on the engine's.
         """
-        if input_ids.shape != attention_mask.shape or input_ids.shape != response_mask.shape:
-            raise ValueError(
-                f"shapes differ: input_ids {tuple(input_ids.shape)}, attention_mask "
-                f"{tuple(attention_mask.shape)}, response_mask {tuple(response_mask.shape)}"
-            )
-        if bool((response_mask[:, 0] > 0).any()):
-            raise ValueError("response_mask marks position 0, which has no prefix to score")
+        check_batch(input_ids, attention_mask, response_mask)
         if replay is not None and not self.is_moe:
             raise ValueError("routing replay on a dense model")
         dev = self.device
@@ -98,20 +129,7 @@ class TorchTrainingEngine(PolicyUpdate):
             stack.enter_context(autocast(dev, self.config.autocast))
             logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits
 
-        # the token at j is scored by the logits at j-1: gather only response positions
-        target = response_mask[:, 1:] > 0  # [B, S-1]
-        pred = logits[:, :-1][target]  # [N, V]
-        tok = input_ids[:, 1:][target]  # [N]
-        pred32 = pred.float()
-        tok_logp = pred32.gather(-1, tok[:, None]).squeeze(-1) - torch.logsumexp(pred32, dim=-1)
-        logp = torch.zeros(input_ids.shape, dtype=torch.float32, device=logits.device)
-        logp[:, 1:] = logp[:, 1:].masked_scatter(target, tok_logp)
-
-        entropy = None
-        if with_entropy:
-            entropy = torch.zeros(input_ids.shape, dtype=torch.float32, device=logits.device)
-            entropy[:, 1:][target] = token_entropy(pred.detach()[None])[0]
-
+        logp, entropy = response_logprobs(logits, input_ids, response_mask, with_entropy)
         routed = None
         if rec is not None:
             routed = rec.indices().masked_fill((attention_mask == 0)[..., None, None], -1)

@@ -87,9 +87,18 @@ class PolicyUpdate:
         if loss is not None:
             with self.autograd_context():
                 loss.backward()
+        return self.apply_gradients()
+
+    def apply_gradients(self) -> dict[str, float]:
+        """Clip the accumulated gradients by their global norm, update unless the norm is
+        not finite, zero them. Under FSDP2 the norm is a DTensor over every rank's shards:
+        its full value is the same on all ranks, so all skip or step together."""
         params = [p for p in self.trained_module().parameters() if p.grad is not None]
         max_norm = self.optim.grad_clip if self.optim.grad_clip > 0 else math.inf
-        norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm)) if params else 0.0
+        norm = 0.0
+        if params:
+            total = torch.nn.utils.clip_grad_norm_(params, max_norm)
+            norm = float(total.full_tensor() if hasattr(total, "full_tensor") else total)
         if math.isfinite(norm):
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
