@@ -129,6 +129,16 @@ def _qkv_rows(hf: Any) -> tuple[int, int, int]:
     return groups, hf.num_attention_heads // groups * d, d
 
 
+_RENAMED = {  # a layer's tensors that only change name: HF -> Megatron
+    "self_attn.o_proj.weight": "self_attention.linear_proj.weight",
+    "self_attn.q_norm.weight": "self_attention.q_layernorm.weight",
+    "self_attn.k_norm.weight": "self_attention.k_layernorm.weight",
+    "input_layernorm.weight": "input_layernorm.weight",
+    "post_attention_layernorm.weight": "pre_mlp_layernorm.weight",
+    "mlp.gate.weight": "mlp.router.weight",
+}
+
+
 def hf_to_megatron(
     state: dict[str, torch.Tensor], hf: Any, ep_rank: int = 0, ep_size: int = 1
 ) -> dict[str, torch.Tensor]:
@@ -151,12 +161,7 @@ def hf_to_megatron(
         k = state[h + "self_attn.k_proj.weight"].reshape(groups, d, -1)
         v = state[h + "self_attn.v_proj.weight"].reshape(groups, d, -1)
         out[m + "self_attention.linear_qkv.weight"] = torch.cat([q, k, v], 1).flatten(0, 1)
-        out[m + "self_attention.linear_proj.weight"] = state[h + "self_attn.o_proj.weight"]
-        out[m + "self_attention.q_layernorm.weight"] = state[h + "self_attn.q_norm.weight"]
-        out[m + "self_attention.k_layernorm.weight"] = state[h + "self_attn.k_norm.weight"]
-        out[m + "input_layernorm.weight"] = state[h + "input_layernorm.weight"]
-        out[m + "pre_mlp_layernorm.weight"] = state[h + "post_attention_layernorm.weight"]
-        out[m + "mlp.router.weight"] = state[h + "mlp.gate.weight"]
+        out.update({m + meg: state[h + name] for name, meg in _RENAMED.items()})
         gate_up, down = state[h + "mlp.experts.gate_up_proj"], state[h + "mlp.experts.down_proj"]
         for e in range(local):
             expert = f"{m}mlp.experts.local_experts.{e}."
@@ -182,12 +187,7 @@ def megatron_to_hf(state: dict[str, torch.Tensor], hf: Any) -> dict[str, torch.T
         out[h + "self_attn.q_proj.weight"] = q.flatten(0, 1)
         out[h + "self_attn.k_proj.weight"] = k.flatten(0, 1)
         out[h + "self_attn.v_proj.weight"] = v.flatten(0, 1)
-        out[h + "self_attn.o_proj.weight"] = state[m + "self_attention.linear_proj.weight"]
-        out[h + "self_attn.q_norm.weight"] = state[m + "self_attention.q_layernorm.weight"]
-        out[h + "self_attn.k_norm.weight"] = state[m + "self_attention.k_layernorm.weight"]
-        out[h + "input_layernorm.weight"] = state[m + "input_layernorm.weight"]
-        out[h + "post_attention_layernorm.weight"] = state[m + "pre_mlp_layernorm.weight"]
-        out[h + "mlp.gate.weight"] = state[m + "mlp.router.weight"]
+        out.update({h + name: state[m + meg] for name, meg in _RENAMED.items()})
         experts = [f"{m}mlp.experts.local_experts.{e}." for e in range(hf.num_experts)]
         out[h + "mlp.experts.gate_up_proj"] = torch.stack(
             [state[x + "linear_fc1.weight"] for x in experts]
