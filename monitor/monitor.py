@@ -34,7 +34,6 @@ from monitor.histograms import bin_values, spec_for
 from monitor.records import Action, Alert, Cleared, Event
 from monitor.remediation import RemediationPolicy
 from monitor.schema import MAX_STEP, name_problem
-from monitor.schema import _json as store_json
 from monitor.store import RunStore
 
 log = logging.getLogger("minirl.monitor")
@@ -256,13 +255,12 @@ class Monitor:
             raise UserError(problem)
         if detail is not None and not isinstance(detail, Mapping):
             raise UserError(f"event {kind}: detail must be a mapping, got {type(detail).__name__}")
-        try:
-            store_json(dict(detail or {}))
+        step, now = self.store.last_step(), time.time()
+        try:  # the store encodes the detail; a detail JSON cannot hold is rolled back
+            with self.store.transaction():
+                event_id = self.store.insert_event(step, kind, detail or {}, now)
         except (ValueError, TypeError, RecursionError) as err:
             raise UserError(f"event {kind}: detail cannot be stored as JSON ({err})") from None
-        step, now = self.store.last_step(), time.time()
-        with self.store.transaction():
-            event_id = self.store.insert_event(step, kind, detail or {}, now)
         if kind == "crash":
             self._crashed = True
         return Event(event_id, step, kind, dict(detail or {}), now)
