@@ -28,6 +28,24 @@ import torch
 
 from minirl._checks import as_mask, check_finite, check_same_shape, check_tokens
 
+NAMES = (
+    "kl_k1",
+    "kl_k2",
+    "kl_k3",
+    "ratio_mean",
+    "ratio_min",
+    "ratio_max",
+    "ratio_p01",
+    "ratio_p99",
+    "frac_outside_band",
+    "chi2_token",
+    "chi2_seq",
+    "ess",
+    "prob_corr",
+    "max_abs_prob_diff",
+)
+"""The metrics `mismatch_metrics` returns, each as `mismatch/<name>`, in this order."""
+
 
 @torch.no_grad()
 def mismatch_metrics(
@@ -82,23 +100,7 @@ def mismatch_metrics(
             diff.amax(dim=1)[rows].mean(),
         ]
     ).tolist()
-    names = (
-        "kl_k1",
-        "kl_k2",
-        "kl_k3",
-        "ratio_mean",
-        "ratio_min",
-        "ratio_max",
-        "ratio_p01",
-        "ratio_p99",
-        "frac_outside_band",
-        "chi2_token",
-        "chi2_seq",
-        "ess",
-        "prob_corr",
-        "max_abs_prob_diff",
-    )
-    return {f"mismatch/{k}": v for k, v in zip(names, values, strict=True)}
+    return {f"mismatch/{k}": v for k, v in zip(NAMES, values, strict=True)}
 
 
 def _quantiles(x: torch.Tensor, qs: tuple[float, ...]) -> list[torch.Tensor]:

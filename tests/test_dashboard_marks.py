@@ -14,37 +14,24 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from alert_factory import make_alert
 
 from dashboard import charts
-from dashboard.marks import (
-    Span,
-    action_marks,
-    alert_marks,
-    breakdown_spans,
-    health,
-    incident_marks,
-    info_levels,
-    limit_spans,
-    merge_spans,
-    rollback_marks,
-)
+from dashboard import marks as mk
+from dashboard.marks import Span
 from dashboard.overlays import ACTION_COLORS, INCIDENT_COLOR, ROLLBACK_COLOR
 from dashboard.story import story
 from monitor import Monitor, RunReader
-from monitor.records import Action, Alert, Event
+from monitor.records import Action, Event
 
 
 def alert(step, cleared=None, severity="warning", factor="train_inference", aid=1, det="x"):
-    return Alert(
+    return make_alert(
         detector=det,
         severity=severity,
         metric="mismatch/kl_k3",
         value=0.04,
-        baseline=0.001,
-        window=50,
         factor=factor,
-        message="KL up",
-        remedy="turn on TIS",
         id=aid,
         step=step,
         time=0.0,
@@ -68,13 +55,13 @@ def test_episodes_merge_overlaps_and_never_come_from_info():
         alert(40, None, aid=4),  # open: to the last step
         alert(50, cleared=50, aid=6),  # cleared at once, inside the open episode
     ]
-    spans = breakdown_spans(alerts, last_step=60)
+    spans = mk.breakdown_spans(alerts, last_step=60)
     assert spans == [
         Span(10, 21, "critical", ("staleness", "routing", "train_inference"), "staleness"),
         Span(40, 60, "warning", ("train_inference",), "train_inference", open=True),
     ]
-    assert breakdown_spans([alert(1, None, severity="info")], last_step=60) == []
-    one = breakdown_spans([alert(5, None)], last_step=None)
+    assert mk.breakdown_spans([alert(1, None, severity="info")], last_step=60) == []
+    one = mk.breakdown_spans([alert(5, None)], last_step=None)
     assert one == [Span(5, 5, "warning", ("train_inference",), "train_inference", open=True)]
 
 
@@ -84,26 +71,26 @@ def test_a_breakdown_names_the_episode_whatever_opened_it():
         alert(31, None, factor="staleness", aid=2, det="staleness_kl"),
         alert(33, None, severity="critical", factor="staleness", aid=3, det="breakdown"),
     ]
-    [span] = breakdown_spans(alerts, last_step=50)
+    [span] = mk.breakdown_spans(alerts, last_step=50)
     assert (span.label, span.severity, span.start, span.end) == ("staleness", "critical", 30, 50)
     # an outcome alert turning critical does not take the name from the precursor
     outcome = [alert(30, None, factor="routing"), alert(35, None, "critical", "outcome", 2)]
-    assert breakdown_spans(outcome, 40)[0].label == "routing"
+    assert mk.breakdown_spans(outcome, 40)[0].label == "routing"
 
 
 def test_limit_spans_merges_the_closest_first():
     spans = [Span(s, s + 1, "warning", ("x",), "x") for s in (0, 10, 13, 30, 31, 100)]
-    spans = merge_spans(spans, gap=1)  # 30..31 and 31..32 touch
+    spans = mk.merge_spans(spans, gap=1)  # 30..31 and 31..32 touch
     assert len(spans) == 5
-    limited = limit_spans(spans, 3)
+    limited = mk.limit_spans(spans, 3)
     assert [(s.start, s.end) for s in limited] == [(0, 14), (30, 32), (100, 101)]
-    assert limit_spans(spans, 10) == spans
+    assert mk.limit_spans(spans, 10) == spans
     # evenly spaced alerts: exactly max_spans spans, not one span over the whole run
     even = [
         Span(s, s + 20, "critical" if s == 500 else "warning", ("x",))
         for s in range(0, 10_000, 500)
     ]
-    limited = limit_spans(even, 5)
+    limited = mk.limit_spans(even, 5)
     assert len(limited) == 5 and limited[0].start == 0 and limited[-1].end == 9520
     assert sum(sp.end - sp.start for sp in limited) < 10_000
     assert limited[0].severity == "critical"  # the worst severity survives the merge
@@ -116,7 +103,7 @@ def test_one_alert_marker_per_episode_and_one_where_it_turned_critical():
     alerts = [alert(s, None, aid=s, factor="staleness") for s in range(30, 40)]
     alerts.append(alert(41, None, "critical", "staleness", aid=99, det="breakdown"))
     alerts.append(alert(2, None, severity="info", aid=100))
-    marks = alert_marks(alerts, last_step=60)
+    marks = mk.alert_marks(alerts, last_step=60)
     assert [(m.step, m.kind, m.level, m.label) for m in marks] == [
         (30, "alert", "warning", "staleness"),
         (41, "critical", "critical", "critical"),
@@ -131,7 +118,7 @@ def test_actions_rollbacks_and_incidents_sit_at_the_step_boundary():
         action(2, "set_clip", "applied", 6, resolved=8, enabled=True),
         action(3, "set_mini_batches", "rejected", 6, resolved=8, n=0),
     ]
-    marks = action_marks(acts, last_step=9)
+    marks = mk.action_marks(acts, last_step=9)
     assert [(m.step, m.level, m.label) for m in marks] == [
         (9, "pending", "IS on"),
         (8.5, "applied", "clip on"),
@@ -144,17 +131,17 @@ def test_actions_rollbacks_and_incidents_sit_at_the_step_boundary():
         Event(3, 38, "rollback", {"to_step": 30, "eval_acc_after": 0.41, "eval_acc_before": 0.41}),
         Event(4, 38, "checkpoint", {"step": 38}),
     ]
-    [inc] = incident_marks(events)
+    [inc] = mk.incident_marks(events)
     assert inc.step == 29.5 and inc.label.startswith("induced: clipping switched off; mini")
-    [rb] = rollback_marks(events)
+    [rb] = mk.rollback_marks(events)
     assert (rb.step, rb.label) == (38.5, "rolled back to step 30") and "0.410" in rb.text
 
 
 def test_health_and_info_levels():
-    assert health([]) == "healthy"
-    assert health([alert(1, severity="info")]) == "healthy"
-    assert health([alert(1), alert(2, severity="critical")]) == "critical"
-    notes = info_levels([alert(1, severity="info"), alert(3, 9, severity="info"), alert(4)])
+    assert mk.health([]) == "healthy"
+    assert mk.health([alert(1, severity="info")]) == "healthy"
+    assert mk.health([alert(1), alert(2, severity="critical")]) == "critical"
+    notes = mk.info_levels([alert(1, severity="info"), alert(3, 9, severity="info"), alert(4)])
     assert notes == ["mismatch/kl_k3 0.04 (train_inference, since step 1)"]
 
 
@@ -164,12 +151,12 @@ def test_figure_draws_actions_rollbacks_and_incidents_differently():
         Event(2, 38, "rollback", {"to_step": 30}),
     ]
     marks = [
-        *alert_marks([alert(33, None, factor="staleness")], 50),
-        *action_marks([action(1, "set_clip", "applied", 38, resolved=38, enabled=True)], 50),
-        *incident_marks(events),
-        *rollback_marks(events),
+        *mk.alert_marks([alert(33, None, factor="staleness")], 50),
+        *mk.action_marks([action(1, "set_clip", "applied", 38, resolved=38, enabled=True)], 50),
+        *mk.incident_marks(events),
+        *mk.rollback_marks(events),
     ]
-    spans = breakdown_spans([alert(33, None, factor="staleness")], 50)
+    spans = mk.breakdown_spans([alert(33, None, factor="staleness")], 50)
     x = np.arange(51)
     fig = charts.line_figure("r", {"reward/mean": (x, x / 50)}, spans=spans, marks=marks)
     lines = {(s.x0, s.line.color, s.line.dash) for s in fig.layout.shapes if s.type == "line"}
@@ -224,7 +211,7 @@ def test_story_of_a_monitored_run_with_an_incident_and_remediation(tmp_path: Pat
         alerts, actions, events = reader.alerts(), reader.actions(), reader.events()
     mon.close()
     assert any(a.severity == "info" and a.step <= 5 for a in alerts)
-    [span] = breakdown_spans(alerts, 45)
+    [span] = mk.breakdown_spans(alerts, 45)
     assert span.start > 30 and span.label == "staleness"  # not shaded from step 1
     evals = [(20, 0.40), (40, 0.38), (45, 0.42)]
     lines = story(alerts, actions, events, 45, evals)

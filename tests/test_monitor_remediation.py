@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from alert_factory import make_alert
 
 from monitor import Monitor, MonitorConfig, RunReader, UserError
 from monitor.actions import KINDS, apply_to_controls, validate
@@ -30,16 +31,14 @@ CONTROLS = {
 def alert(
     detector="mismatch_kl", factor="train_inference", severity="warning", step=10, id=1, value=1.0
 ):
-    return Alert(
+    return make_alert(
         detector=detector,
         severity=severity,
         metric="m",
         value=value,
         baseline=0.1,
-        window=50,
         factor=factor,
         message="m = 1 (10× baseline)",
-        remedy="r",
         id=id,
         step=step,
     )
@@ -116,16 +115,14 @@ def test_a_breakdown_rolls_back_and_fixes_its_factor_escalating_each_time():
 
 
 def test_an_optimisation_breakdown_caps_the_lr_at_half_its_pre_episode_value():
-    lr_rise = Alert(
+    lr_rise = make_alert(
         detector="lr_rise",
-        severity="warning",
         metric="optim/lr",
         value=1e-3,
         baseline=2e-4,
         window=30,
         factor="optimisation",
         message="lr rose",
-        remedy="r",
         id=5,
         step=48,
     )

@@ -9,6 +9,7 @@ import dataclasses
 import pytest
 import torch
 
+from minirl import mismatch
 from monitor import RunReader
 from monitor.store import request_action
 from trainer import run as run_module
@@ -18,25 +19,7 @@ from trainer.run import train
 
 # the per-step metrics that apply to an MoE run with diagnostics on
 EVERY_STEP = {
-    *(
-        f"mismatch/{k}"
-        for k in (
-            "kl_k1",
-            "kl_k2",
-            "kl_k3",
-            "ratio_mean",
-            "ratio_min",
-            "ratio_max",
-            "ratio_p01",
-            "ratio_p99",
-            "frac_outside_band",
-            "chi2_token",
-            "chi2_seq",
-            "ess",
-            "prob_corr",
-            "max_abs_prob_diff",
-        )
-    ),
+    *(f"mismatch/{k}" for k in mismatch.NAMES),
     *(f"staleness/{k}" for k in ("ratio_mean", "ratio_min", "ratio_max", "kl_k3", "mask_frac")),
     "is/weight_mean",
     "is/weight_max",
