@@ -39,8 +39,16 @@ def say_renamed(renamed: dict[str, str]) -> None:
         print(f"renamed {len(renamed)} metric(s) onto minirl's names: {pairs}")
 
 
-def _summary(parsed: Parsed) -> str:
-    skipped = f"{parsed.garbage} garbage {parsed.unit}(s) of {parsed.units} skipped"
+def say_counts(*counts: tuple[str, int, str]) -> None:
+    """Print each (level, n, what) with n > 0 to stderr as "level: n what": what a
+    reader skipped or ignored, said once at the end rather than per line."""
+    for level, n, what in counts:
+        if n:
+            print(f"{level}: {n} {what}", file=sys.stderr)
+
+
+def _skipped(parsed: Parsed) -> str:
+    skipped = f"garbage {parsed.unit}(s) of {parsed.units} skipped"
     if parsed.examples:
         skipped += " (" + "; ".join(parsed.examples) + ")"
     return skipped
@@ -76,7 +84,8 @@ def main(argv: list[str]) -> int:
     except (OSError, UnicodeError) as err:
         raise UserError(f"cannot read {args.file}: {err}") from None
     if parsed.n_values == 0:
-        raise UserError(f"no metric values found in {args.file} as {fmt}: {_summary(parsed)}")
+        found = f"{parsed.garbage} {_skipped(parsed)}"
+        raise UserError(f"no metric values found in {args.file} as {fmt}: {found}")
 
     from monitor.monitor import Monitor
 
@@ -100,18 +109,10 @@ def main(argv: list[str]) -> int:
         f"from {args.file} ({fmt}) into {args.out}; {n_alerts} alert(s) raised"
     )
     say_renamed(renamed)
-    if parsed.garbage:
-        print(f"warning: {_summary(parsed)}", file=sys.stderr)
-    if parsed.non_numeric:
-        print(f"note: {parsed.non_numeric} non-numeric field(s) ignored", file=sys.stderr)
-    if parsed.bad_names:
-        print(
-            f"note: {parsed.bad_names} value(s) with an empty or invalid metric name skipped",
-            file=sys.stderr,
-        )
-    if parsed.overwritten:
-        print(
-            f"note: {parsed.overwritten} repeated (step, metric) value(s); the last kept",
-            file=sys.stderr,
-        )
+    say_counts(
+        ("warning", parsed.garbage, _skipped(parsed)),
+        ("note", parsed.non_numeric, "non-numeric field(s) ignored"),
+        ("note", parsed.bad_names, "value(s) with an empty or invalid metric name skipped"),
+        ("note", parsed.overwritten, "repeated (step, metric) value(s); the last kept"),
+    )
     return 0

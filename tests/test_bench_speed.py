@@ -86,22 +86,8 @@ def _tiny_config_file(tiny_config, tmp_path):
 
 def test_quick_mode_writes_every_part(tiny_config, tmp_path):
     _, path, out = _tiny_config_file(tiny_config, tmp_path)
-    argv = [
-        str(path),
-        "--quick",
-        "--skip",
-        "trl",
-        "--skip",
-        "vllm",
-        "--pairs",
-        "3",
-        "--load-steps",
-        "1000",
-        "--threads",
-        "1",
-        "--out",
-        str(out),
-    ]
+    flags = "--quick --skip trl --skip vllm --pairs 3 --load-steps 1000 --threads 1"
+    argv = [str(path), *flags.split(), "--out", str(out)]
     assert speed.main(argv) == 0
     text = out.read_text()
     assert f"Command: `minirl bench speed {path}" in text
@@ -133,20 +119,8 @@ def test_quick_mode_writes_every_part(tiny_config, tmp_path):
 )
 def test_trl_part_on_the_tiny_model(tiny_config, tmp_path):
     cfg, path, out = _tiny_config_file(tiny_config, tmp_path)
-    argv = [
-        str(path),
-        "--quick",
-        "--skip",
-        "diagnostics",
-        "--skip",
-        "vllm",
-        "--skip",
-        "store",
-        "--threads",
-        "1",
-        "--out",
-        str(out),
-    ]
+    flags = "--quick --skip diagnostics --skip vllm --skip store --threads 1"
+    argv = [str(path), *flags.split(), "--out", str(out)]
     assert speed.main(argv) == 0
     text = out.read_text()
     row = re.search(

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from monitor.errors import UserError
-from monitor.import_cli import say_renamed
+from monitor.import_cli import say_counts, say_renamed
 from monitor.reader import RunReader
 from monitor.schema import store_path
 from monitor.watch.loop import SOURCE_KEY, STATE_KEY, Watcher
@@ -227,10 +227,7 @@ def _summary(watcher: Watcher, out: Path) -> None:
         flush=True,
     )
     say_renamed(c.renamed)
-    if c.late:
-        print(f"note: {c.late} value(s) of steps already stored were skipped", file=sys.stderr)
-    if c.garbage:
-        print(
-            f"warning: {c.garbage} unreadable unit(s) skipped ({'; '.join(c.examples)})",
-            file=sys.stderr,
-        )
+    say_counts(
+        ("note", c.late, "value(s) of steps already stored were skipped"),
+        ("warning", c.garbage, f"unreadable unit(s) skipped ({'; '.join(c.examples)})"),
+    )
