@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, given, settings
@@ -30,14 +30,19 @@ class Tally:
 
     parser: str
     tried: int = 0
+    """Inputs hypothesis generated."""
     accepted: int = 0
+    """Parsed without an error."""
     rejected: int = 0
+    """Refused with a UserError (the bad messages among them too)."""
     tracebacks: int = 0
+    """Any other exception: a bug."""
     bad_messages: int = 0
-    failures: list[str] = field(default_factory=list)
-    """The first KEEP tracebacks or bad messages, each with (the start of) its input."""
+    """Rejections whose message is not one line naming the input and saying why."""
     notes: dict[str, int] = field(default_factory=dict)
     """Counters a parser's check adds (garbage lines skipped, rows kept...)."""
+    failures: list[str] = field(default_factory=list)
+    """The first KEEP tracebacks or bad messages, each with (the start of) its input."""
 
     def count(self, key: str, n: int = 1) -> None:
         self.notes[key] = self.notes.get(key, 0) + n
@@ -47,16 +52,7 @@ class Tally:
             self.failures.append(f"{what} on input {_short(value)}")
 
     def as_row(self) -> dict[str, Any]:
-        return {
-            "parser": self.parser,
-            "tried": self.tried,
-            "accepted": self.accepted,
-            "rejected": self.rejected,
-            "tracebacks": self.tracebacks,
-            "bad_messages": self.bad_messages,
-            "notes": dict(self.notes),
-            "failures": list(self.failures),
-        }
+        return asdict(self)
 
 
 def _short(value: Any, limit: int = 160) -> str:

@@ -38,14 +38,19 @@ class Counts:
     """What the watcher did so far."""
 
     steps: int = 0
+    """Steps stored."""
     values: int = 0
     alerts: int = 0
+    """Alerts the detectors raised on the stored steps."""
     late: int = 0
     """Values of steps before the last stored one, dropped (already stored)."""
     garbage: int = 0
+    """Units of the source (lines, records, events) that could not be read."""
     non_numeric: int = 0
     examples: list[str] = field(default_factory=list)
+    """The first few garbage units, quoted (for the summary line)."""
     renamed: dict[str, str] = field(default_factory=dict)
+    """Peer metric names mapped onto ours (importers/names.py)."""
 
 
 class Watcher:
