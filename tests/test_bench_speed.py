@@ -76,19 +76,18 @@ def test_bad_repetition_counts_are_user_errors():
         speed.main(["--quick", "--skip", "trl", "--load-steps", "1500"])
 
 
-def _tiny_config_file(tiny_config, tmp_path):
-    """(config, its YAML file, the report path) of the tiny run, for `speed.main`."""
-    cfg = tiny_config()
-    path = tmp_path / "tiny.yaml"
+def _run_speed(cfg, tmp_path, flags: str):
+    """`minirl bench speed` on the tiny run's config with `flags`; (its YAML file, the
+    report path)."""
+    path, out = tmp_path / "tiny.yaml", tmp_path / "speed.md"
     path.write_text(dump_config(cfg))
-    return cfg, path, tmp_path / "speed.md"
+    assert speed.main([str(path), *flags.split(), "--out", str(out)]) == 0
+    return path, out
 
 
 def test_quick_mode_writes_every_part(tiny_config, tmp_path):
-    _, path, out = _tiny_config_file(tiny_config, tmp_path)
     flags = "--quick --skip trl --skip vllm --pairs 3 --load-steps 1000 --threads 1"
-    argv = [str(path), *flags.split(), "--out", str(out)]
-    assert speed.main(argv) == 0
+    path, out = _run_speed(tiny_config(), tmp_path, flags)
     text = out.read_text()
     assert f"Command: `minirl bench speed {path}" in text
     assert "load average" in text and "at start" in text and "at end" in text
@@ -118,10 +117,10 @@ def test_quick_mode_writes_every_part(tiny_config, tmp_path):
     "--setup-trl`) and about two minutes",
 )
 def test_trl_part_on_the_tiny_model(tiny_config, tmp_path):
-    cfg, path, out = _tiny_config_file(tiny_config, tmp_path)
-    flags = "--quick --skip diagnostics --skip vllm --skip store --threads 1"
-    argv = [str(path), *flags.split(), "--out", str(out)]
-    assert speed.main(argv) == 0
+    cfg = tiny_config()
+    _, out = _run_speed(
+        cfg, tmp_path, "--quick --skip diagnostics --skip vllm --skip store --threads 1"
+    )
     text = out.read_text()
     row = re.search(
         r"^\| TRL [\d.]+ GRPOTrainer [^|]*\| ([\d.]+) \| ([\d.]+) \| 1\.00 \| 1\.00 \| "
