@@ -47,7 +47,8 @@ def _parser() -> argparse.ArgumentParser:
         "--nproc",
         type=int,
         default=1,
-        help="data-parallel processes on this machine (FSDP2, launched by torchrun)",
+        help="processes on this machine, launched by torchrun (FSDP2 data parallel, or "
+        "Megatron with engine.megatron's parallel sizes)",
     )
     return p
 
@@ -57,7 +58,7 @@ def main(argv: list[str]) -> int:
 
     args = _parser().parse_args(argv)
     if distributed.launched():
-        from trainer.engines.fsdp import serve
+        from trainer.engines.rank_zero import serve
 
         return distributed.run_ranks(lambda: _main(args), serve)
     if args.nproc < 1:

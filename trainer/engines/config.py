@@ -9,7 +9,7 @@ section path). This module holds data only (no torch import); it builds no engin
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 Dtype = Literal["fp32", "bf16"]
@@ -25,6 +25,69 @@ def _one_of(field: str, value: object, kind: object) -> None:
     allowed = get_args(kind)
     if value not in allowed:
         raise ValueError(f"{field}={value!r}: allowed are {', '.join(map(str, allowed))}")
+
+
+@dataclass(frozen=True)
+class MegatronConfig:
+    """Megatron's parallel sizes, under the names megatron-core and Megatron-LM use
+    (`engine.training: megatron` only). Data parallel is what is left, as in Megatron:
+    world size / (tensor * pipeline); the expert-data-parallel group is
+    world size / (expert * tensor * pipeline). Sizes beyond 1 need a torchrun job
+    (`minirl train --nproc N`); the engine checks them against its world at start."""
+
+    tensor_model_parallel_size: int = 1
+    """Tensor parallel ranks (attention heads, MLP and vocabulary split). GPU path only:
+    refused on the CPU (see README, "Megatron training engine")."""
+    pipeline_model_parallel_size: int = 1
+    """Pipeline stages; only 1 (the engine runs the whole model on every rank)."""
+    expert_model_parallel_size: int = 1
+    """Expert parallel ranks: each holds num_experts / this of every MoE layer's
+    experts (tokens reach the others through Megatron's token dispatcher)."""
+
+    def __post_init__(self) -> None:
+        for name in (
+            "tensor_model_parallel_size",
+            "pipeline_model_parallel_size",
+            "expert_model_parallel_size",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name}={value!r}: must be a positive integer")
+        if self.pipeline_model_parallel_size != 1:
+            raise ValueError(
+                f"pipeline_model_parallel_size={self.pipeline_model_parallel_size}: only 1 "
+                "(the engine has no pipeline schedule; every rank runs every layer)"
+            )
+
+    def check_world(self, world_size: int, num_experts: int) -> None:
+        """Raise ValueError (naming the engine.megatron key) unless these sizes fit a job
+        of `world_size` processes and a model of `num_experts` experts per layer."""
+        tp, pp, ep = (
+            self.tensor_model_parallel_size,
+            self.pipeline_model_parallel_size,
+            self.expert_model_parallel_size,
+        )
+        hint = "; start that many processes with minirl train --nproc N"
+        if world_size % (tp * pp):
+            raise ValueError(
+                f"engine.megatron.tensor_model_parallel_size={tp} * "
+                f"pipeline_model_parallel_size={pp} must divide the world size {world_size}" + hint
+            )
+        if num_experts % ep:
+            raise ValueError(
+                f"engine.megatron.expert_model_parallel_size={ep} must divide the model's "
+                f"{num_experts} experts per layer"
+            )
+        if (world_size // pp) % (ep * tp):
+            raise ValueError(
+                f"engine.megatron.expert_model_parallel_size={ep} * tensor_model_parallel_"
+                f"size={tp} must divide the world size {world_size} (per pipeline stage)" + hint
+            )
+
+    @property
+    def parallel(self) -> bool:
+        """Any size beyond 1."""
+        return self != MegatronConfig()
 
 
 @dataclass(frozen=True)
@@ -46,8 +109,11 @@ class EngineConfig:
     train_dtype: fp32). Works on the CPU too, slower than fp32 there."""
     training: TrainingBackend = "torch"
     """Training backend: transformers on plain PyTorch (any arch, FSDP2 under torchrun),
-    or megatron-core (qwen3_moe, one process, fp32; Routing Replay through Megatron's
-    RouterReplay; needs `pip install 'minirl[megatron]'`)."""
+    or megatron-core (qwen3_moe, fp32, one process or a torchrun job with the parallel
+    sizes of `megatron`; Routing Replay through Megatron's RouterReplay; needs
+    `pip install 'minirl[megatron]'`)."""
+    megatron: MegatronConfig = field(default_factory=MegatronConfig)
+    """Megatron's parallel sizes (training: megatron only)."""
     inference: Backend = "torch"
     """Inference backend: the PyTorch engine (any machine) or vLLM."""
     inference_dtype: Dtype = "bf16"
@@ -80,6 +146,13 @@ class EngineConfig:
             )
         _one_of("training", self.training, TrainingBackend)
         _one_of("inference", self.inference, Backend)
+        if not isinstance(self.megatron, MegatronConfig):
+            raise ValueError(f"megatron={self.megatron!r}: expected a MegatronConfig")
+        if self.megatron.parallel and self.training != "megatron":
+            raise ValueError(
+                f"{_sizes(self.megatron)}: only with training=megatron "
+                f"(training={self.training})"
+            )
         _one_of("inference_dtype", self.inference_dtype, Dtype)
         _one_of("weight_quant", self.weight_quant, WeightQuant)
         _one_of("activation_quant", self.activation_quant, ActivationQuant)
@@ -98,6 +171,12 @@ class EngineConfig:
             and self.weight_quant == "none"
             and self.activation_quant == "none"
         )
+
+
+def _sizes(cfg: MegatronConfig) -> str:
+    """The sizes that differ from 1, as `megatron.<key>=<value>`."""
+    sizes = [(f, getattr(cfg, f)) for f in cfg.__dataclass_fields__]
+    return ", ".join(f"megatron.{f}={v}" for f, v in sizes if v != 1)
 
 
 @dataclass(frozen=True)

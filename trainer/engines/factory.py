@@ -2,9 +2,10 @@
 
 `EngineConfig.inference` picks the inference backend. The training backend is
 megatron-core if `EngineConfig.training` says so, else the single-process PyTorch
-engine, or the FSDP2 engine on rank 0 of a torchrun job of several
-processes (trainer/distributed.py), where vLLM also gets a torch.distributed world of its
-own. Imports each backend lazily: choosing the PyTorch engine never imports vLLM.
+engine; on rank 0 of a torchrun job of several processes (trainer/distributed.py), the
+sharded front of either (FSDP2, or Megatron with its parallel sizes), where vLLM also
+gets a torch.distributed world of its own. Imports each backend lazily: choosing the
+PyTorch engine never imports vLLM.
 """
 
 from __future__ import annotations
@@ -38,6 +39,10 @@ def make_training_engine(
     from trainer import distributed
 
     if config.training == "megatron":
+        if distributed.active():
+            from trainer.engines.megatron_parallel import MegatronRankZero
+
+            return MegatronRankZero(checkpoint_dir, config, optim)
         from trainer.engines.megatron import MegatronTrainingEngine
 
         return MegatronTrainingEngine(checkpoint_dir, config, optim)

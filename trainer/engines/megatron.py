@@ -11,17 +11,20 @@ it is read: that is what the inference engine syncs from (vLLM, in HF naming) an
 (megatron_routing.py). AdamW and gradient clipping are plain torch over Megatron's
 parameters: the transformers engine's update (update.py), so the two are comparable.
 
-Scope: one process, world size 1 (tensor, pipeline, expert and data parallel sizes 1),
-fp32 parameters, arch qwen3_moe. megatron-core needs a torch.distributed world even
-then: the engine runs Megatron inside a 1-process gloo world of its own
-(trainer.distributed.World), so an in-process vLLM keeps the default world to itself.
-On a CPU-only torch the patches of megatron_cpu.py are installed first.
+One process (this class as it is): world size 1, every parallel size 1, inside a
+1-process gloo world of its own (trainer.distributed.World), since megatron-core needs a
+torch.distributed world even then and an in-process vLLM must keep the default world to
+itself. In a torchrun job the same class is each rank's part of the model
+(megatron_parallel.py): Megatron's parallel state is initialised in the job's world with
+the configured sizes (`engine.megatron`), and the module holds this rank's experts. fp32
+parameters, arch qwen3_moe. On a CPU-only torch the patches of megatron_cpu.py are
+installed first.
 """
 
 from __future__ import annotations
 
 import warnings
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 import torch
@@ -29,7 +32,8 @@ import torch
 from monitor.errors import UserError
 from trainer import distributed
 from trainer.engines import megatron_convert as convert
-from trainer.engines.config import EngineConfig, OptimConfig
+from trainer.engines import megatron_state
+from trainer.engines.config import EngineConfig, MegatronConfig, OptimConfig
 from trainer.engines.device import resolve_device
 from trainer.engines.megatron_routing import routed
 from trainer.engines.training import check_batch, response_logprobs
@@ -41,10 +45,12 @@ _world: distributed.World | None = None
 
 
 def megatron_world() -> AbstractContextManager[None]:
-    """The 1-process gloo world Megatron's parallel state lives in (made once per
-    process, with tensor/pipeline/expert/data parallel sizes 1); enter it around every
-    call into Megatron."""
+    """The world Megatron's parallel state lives in; enter it around every call into
+    Megatron. In a torchrun job: the job's own (initialised by `init_parallel`); else a
+    1-process gloo world of its own, made once per process with every parallel size 1."""
     global _world
+    if distributed.active():
+        return nullcontext()
     if _world is None:
         import torch.distributed as dist
         from megatron.core import parallel_state
@@ -55,6 +61,38 @@ def megatron_world() -> AbstractContextManager[None]:
             parallel_state.initialize_model_parallel()
         _world = world
     return _world.active()
+
+
+def init_parallel(sizes: MegatronConfig, num_experts: int, device: torch.device) -> None:
+    """Check `engine.megatron`'s sizes against this process's world and the model, then
+    (in a torchrun job) initialise Megatron's parallel state in the job's world, once."""
+    if sizes.tensor_model_parallel_size > 1:
+        raise UserError(
+            f"engine.megatron.tensor_model_parallel_size={sizes.tensor_model_parallel_size}: "
+            "not supported; the weight conversion does not split tensors for tensor "
+            "parallel, and on the CPU megatron-core 0.16.1 refuses MoE with tensor parallel "
+            "(it needs sequence parallel, which its torch norms do not support). Use "
+            "expert_model_parallel_size and data parallel (--nproc)"
+        )
+    world = distributed.world_size()
+    try:
+        sizes.check_world(world, num_experts)
+    except ValueError as err:
+        raise UserError(str(err)) from None
+    if not distributed.active():
+        return
+    from megatron.core import parallel_state
+
+    if not parallel_state.model_parallel_is_initialized():
+        parallel_state.initialize_model_parallel(
+            tensor_model_parallel_size=sizes.tensor_model_parallel_size,
+            pipeline_model_parallel_size=sizes.pipeline_model_parallel_size,
+            expert_model_parallel_size=sizes.expert_model_parallel_size,
+        )
+    elif parallel_state.get_expert_model_parallel_world_size() != (
+        sizes.expert_model_parallel_size
+    ):
+        raise RuntimeError("Megatron's parallel state was initialised with other sizes")
 
 
 def megatron_logits(module: torch.nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
@@ -77,8 +115,6 @@ def _require_megatron(device: torch.device) -> None:
         raise UserError(
             f"engine.training=megatron needs megatron-core, which is not installed: {INSTALL_HINT}"
         ) from None
-    if distributed.active():
-        raise UserError("engine.training=megatron runs on one process; drop --nproc/torchrun")
     if device.type == "cpu" and torch.cuda.is_available():
         raise UserError("engine.training=megatron: engine.device=cpu on a CUDA machine; use cuda")
     from trainer.engines import megatron_cpu
@@ -90,7 +126,8 @@ def _require_megatron(device: torch.device) -> None:
 
 
 class MegatronTrainingEngine(PolicyUpdate):
-    """`TrainingEngine` on megatron-core, world size 1; see the module docstring."""
+    """`TrainingEngine` on megatron-core, world size 1 (or one rank's part of a torchrun
+    job's model, megatron_parallel.py); see the module docstring."""
 
     def __init__(
         self, checkpoint_dir: str | Path, config: EngineConfig, optim: OptimConfig
@@ -106,13 +143,29 @@ class MegatronTrainingEngine(PolicyUpdate):
         hf_model, self.tokenizer = load_policy(checkpoint_dir, "fp32", self.device)
         self.hf_config = hf_model.config
         convert.check_supported(self.hf_config)
+        init_parallel(config.megatron, self.num_experts, self.device)
         self._hf = hf_model.requires_grad_(False)
+        self.ep_size = config.megatron.expert_model_parallel_size
         with megatron_world():
-            self.module = convert.build_model(self.hf_config, self.device.type == "cpu")
+            from megatron.core import parallel_state
+
+            self.ep_rank = parallel_state.get_expert_model_parallel_rank()
+            self.module = convert.build_model(
+                self.hf_config, self.device.type == "cpu", self.ep_size
+            )
         self.module.to(self.device).train()
         convert.load_into(
-            self.module, convert.hf_to_megatron(hf_model.state_dict(), self.hf_config)
+            self.module,
+            convert.hf_to_megatron(
+                hf_model.state_dict(), self.hf_config, self.ep_rank, self.ep_size
+            ),
         )
+        local = self.num_experts // self.ep_size
+        self.global_names = {  # this module's weight names -> the world-size-1 names
+            n: megatron_state.global_name(n, self.ep_rank, local)
+            for n, t in self.module.state_dict().items()
+            if torch.is_tensor(t)  # not Megatron's _extra_state entries
+        }
         self.optimizer = adamw(self.module.parameters(), optim)
         self.lr_scale = 1.0
 
@@ -172,20 +225,24 @@ class MegatronTrainingEngine(PolicyUpdate):
     # ------------------------------------------------------------------ checkpoints
 
     def state_dict(self) -> dict:
-        """Megatron-layout weights, AdamW state and lr scale (weights_only-loadable)."""
-        weights = {k: v for k, v in self.module.state_dict().items() if torch.is_tensor(v)}
-        return {
-            "model": weights,
-            "optimizer": self.optimizer.state_dict(),
-            "lr_scale": self.lr_scale,
-        }
+        """Megatron-layout weights, AdamW state by parameter name and the lr scale
+        (megatron_state.py: the layout of every world size; weights_only-loadable)."""
+        names = set(self.global_names.values())
+        state = megatron_state.named_state(self.module, self.optimizer, self.global_names, names)
+        return {**state, "lr_scale": self.lr_scale}
 
     def load_state_dict(self, state: dict) -> None:
-        if "model.embed_tokens.weight" in state["model"]:  # a transformers-engine checkpoint
-            raise UserError(
-                "checkpoint of engine.training=torch (its optimiser state does not fit "
-                "Megatron's parameters): resume with --set engine.training=torch"
-            )
-        convert.load_into(self.module, state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        check_megatron_checkpoint(state)
+        weights, optim = megatron_state.local_state(state, self.module, self.global_names)
+        convert.load_into(self.module, weights)
+        self.optimizer.load_state_dict(optim)
         self.set_lr_scale(float(state["lr_scale"]))
+
+
+def check_megatron_checkpoint(state: dict) -> None:
+    """Refuse a checkpoint of the transformers engine (one process or FSDP2 shards)."""
+    if "shards" in state or "model.embed_tokens.weight" in state["model"]:
+        raise UserError(
+            "checkpoint of engine.training=torch (its optimiser state does not fit "
+            "Megatron's parameters): resume with --set engine.training=torch"
+        )

@@ -57,12 +57,14 @@ def check_supported(hf: Any) -> None:
         raise UserError(f"engine.training=megatron: unsupported Qwen3-MoE config: {bad}")
 
 
-def transformer_config(hf: Any, on_cpu: bool) -> Any:
-    """Megatron's TransformerConfig of the HF config (fp32, no dropout, routing replay on).
-    On CPU: the allgather token dispatcher (alltoall creates a CUDA stream) and CPU init."""
+def transformer_config(hf: Any, on_cpu: bool, ep_size: int = 1) -> Any:
+    """Megatron's TransformerConfig of the HF config (fp32, no dropout, routing replay on,
+    `ep_size` expert-parallel ranks). On CPU: the allgather token dispatcher (alltoall
+    creates a CUDA stream) and CPU init."""
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     return TransformerConfig(
+        expert_model_parallel_size=ep_size,
         num_layers=hf.num_hidden_layers,
         hidden_size=hf.hidden_size,
         num_attention_heads=hf.num_attention_heads,
@@ -97,11 +99,12 @@ def transformer_config(hf: Any, on_cpu: bool) -> Any:
     )
 
 
-def build_model(hf: Any, on_cpu: bool) -> nn.Module:
+def build_model(hf: Any, on_cpu: bool, ep_size: int = 1) -> nn.Module:
     """An (uninitialised) Megatron GPTModel of the HF config's shape. Needs megatron's
-    parallel state (world 1 is enough). Its routers' RouterReplay instances are taken out
-    of Megatron's process-wide list: the engine drives each model's own routers, so two
-    models in one process never share replay state."""
+    parallel state (world 1 is enough; `ep_size` as initialised there). Its routers'
+    RouterReplay instances are taken out of Megatron's process-wide list: the engine
+    drives each model's own routers, so two models in one process never share replay
+    state."""
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.models.gpt.gpt_model import GPTModel
     from megatron.core.transformer.moe.router_replay import RouterReplay
@@ -112,7 +115,7 @@ def build_model(hf: Any, on_cpu: bool) -> nn.Module:
     )
     before = list(RouterReplay.global_router_replay_instances)
     model = GPTModel(
-        transformer_config(hf, on_cpu),
+        transformer_config(hf, on_cpu, ep_size),
         spec,
         vocab_size=hf.vocab_size,
         max_sequence_length=hf.max_position_embeddings,

@@ -1,0 +1,322 @@
+"""Rank 0's `TrainingEngine` over a policy sharded on the ranks of a torchrun job, and
+the worker loop of the other ranks; shared by the FSDP2 engine (fsdp.py) and the
+Megatron engine's parallel path (megatron_parallel.py).
+
+Every rank holds a *shard*: its part of the policy, with methods that all ranks run
+together (rank 0 passes the whole batch as `data`, the others nothing). Rank 0 holds
+`RankZeroEngine`, the engine the loop sees: each call is broadcast to the other ranks as
+a command (trainer/distributed.py), then run by rank 0's own shard.
+
+The split of one update, exact to the single-process engine's:
+  - forward: rank 0 scatters the rows (contiguous shares), every rank computes log π of
+    its rows, rank 0 gathers whole [B, S] tensors (log π, entropy, routing). The RL step
+    then computes the loss and every diagnostic on the whole batch, unchanged.
+  - backward: rank 0 back-propagates the loss to the gathered log π (a leaf), scatters
+    ∂loss/∂log π by rows, and every rank back-propagates its share through its graph;
+    the shard sums (not averages) the gradients over ranks: ∇θ of the whole batch.
+  - gradient norm, clipping, the non-finite skip and the cosine probe use global sums.
+Rank 0 also keeps an unsharded transformers copy of the weights (`model`, refreshed from
+the shards after each update) for the weight sync into the inference engine and π's
+evaluation. Checkpoints are the subclass's (`state_dict`, `load_state_dict`).
+"""
+
+from __future__ import annotations
+
+import math
+import resource
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from monitor.errors import UserError
+from trainer import distributed as ranks
+from trainer.engines.config import EngineConfig, OptimConfig
+from trainer.engines.device import HOST
+from trainer.engines.training import check_batch
+from trainer.models import load_policy
+
+
+def make_shard(checkpoint_dir: str | Path, config: EngineConfig, optim: OptimConfig) -> Any:
+    """This rank's shard of the configured training backend."""
+    if config.training == "megatron":
+        from trainer.engines.megatron_parallel import MegatronShard
+
+        return MegatronShard(checkpoint_dir, config, optim)
+    from trainer.engines.fsdp import ShardedPolicy
+
+    return ShardedPolicy(checkpoint_dir, config, optim)
+
+
+class RankZeroEngine:
+    """`TrainingEngine` on rank 0 of a torchrun job; see the module docstring."""
+
+    def __init__(self, checkpoint_dir: str | Path, config: EngineConfig, optim: OptimConfig):
+        ranks.Commands.send("init", str(checkpoint_dir), config, optim)
+        self.shard = make_shard(checkpoint_dir, config, optim)
+        self.tokenizer = self.shard.tokenizer
+        self.world_size = dist.get_world_size()
+        self._mirror, _ = load_policy(checkpoint_dir, config.train_dtype)  # unsharded copy
+        self._mirror.train()
+        self._stale = False
+        self._leaf: torch.Tensor | None = None  # the gathered log π the loss is built on
+
+    @property
+    def model(self) -> nn.Module:
+        """The whole policy, refreshed from the shards if an update or a load changed them."""
+        if self._stale:
+            self._run("full_weights")
+            self._mirror.load_state_dict(self.shard.full_weights())
+            self._stale = False
+        return self._mirror
+
+    @property
+    def device(self) -> torch.device:
+        """Where rank 0 keeps the whole batch's tensors (each rank moves its rows)."""
+        return HOST
+
+    @property
+    def is_moe(self) -> bool:
+        return self.shard.is_moe
+
+    @property
+    def num_experts(self) -> int:
+        return self.shard.num_experts
+
+    @property
+    def lr(self) -> float:
+        return self.shard.lr
+
+    @property
+    def optim(self) -> OptimConfig:
+        return self.shard.optim
+
+    def _run(self, name: str, *args: Any) -> None:
+        ranks.Commands.send(name, *args)
+
+    def forward_logprobs(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        response_mask: torch.Tensor,
+        replay: torch.Tensor | None = None,
+        record: bool = False,
+        with_entropy: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """As TorchTrainingEngine.forward_logprobs, each rank on its share of the rows.
+        With grad enabled, log π is a leaf whose gradient `step` sends back to the ranks."""
+        check_batch(input_ids, attention_mask, response_mask)
+        if input_ids.shape[0] < self.world_size:
+            raise UserError(
+                f"{input_ids.shape[0]} rows for {self.world_size} ranks: every rank needs a "
+                "row (raise train.prompts_per_step or lower train.mini_batches)"
+            )
+        if replay is not None and not self.is_moe:
+            raise ValueError("routing replay on a dense model")
+        flags = (torch.is_grad_enabled(), record, with_entropy)
+        self._run("forward", flags)
+        logp, entropy, routed = self.shard.forward(
+            flags, (input_ids, attention_mask, response_mask, replay)
+        )
+        self._leaf = logp.requires_grad_() if flags[0] else None
+        return logp, entropy, routed
+
+    def step(self, loss: torch.Tensor | None = None) -> dict[str, float]:
+        """Backward `loss` on every rank's rows, clip by the global norm, update, zero."""
+        leaf = self._take_leaf()
+        if loss is not None:
+            loss.backward()
+        grad = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
+        self._run("backward_step")
+        out = self.shard.backward_step((grad,))
+        self._stale = True
+        return out
+
+    def step_with_grad_cosine(
+        self, loss: torch.Tensor, reference: torch.Tensor
+    ) -> tuple[dict[str, float], float]:
+        """`step(loss)` and the cosine between ∇loss and ∇reference, over all shards."""
+        leaf = self._take_leaf()
+        g_loss = _grad(loss, leaf, keep=True)
+        with_ref = bool(torch.isfinite(reference))
+        g_ref = _grad(reference, leaf) if with_ref else None
+        self._run("backward_cosine_step", with_ref)
+        out, cosine = self.shard.backward_cosine_step(with_ref, (g_loss, g_ref))
+        self._stale = True
+        return out, cosine
+
+    def _take_leaf(self) -> torch.Tensor:
+        if self._leaf is None:
+            raise RuntimeError("step without a forward_logprobs under grad")
+        leaf, self._leaf = self._leaf, None
+        return leaf
+
+    def set_lr_scale(self, scale: float) -> None:
+        if not (math.isfinite(scale) and scale > 0):
+            raise ValueError(f"lr scale {scale}: must be a positive finite number")
+        self._run("set_lr_scale", scale)
+        self.shard.set_lr_scale(scale)
+
+    def state_dict(self) -> Any:
+        raise NotImplementedError
+
+    def load_state_dict(self, state: dict) -> None:
+        raise NotImplementedError
+
+    def usage_per_rank(self) -> list[dict[str, float]]:
+        """`usage_of` each rank: the bytes of weights and AdamW state it holds, its peak
+        RSS and CPU seconds so far (for `minirl bench scale`)."""
+        self._run("usage")
+        out = self.shard.usage()
+        assert out is not None
+        return out
+
+
+class ShardSteps:
+    """The forward and backward a shard runs on its rows, shared by the FSDP2 and the
+    Megatron shards (each a `PolicyUpdate` engine of its own part of the policy). A shard
+    that sums gradients over ranks itself does it in `reduce_gradients` (FSDP2 does it
+    inside its backward); `part_weights` counts each parameter once in global sums."""
+
+    _graph: torch.Tensor | None = None  # this rank's log π of the last forward under grad
+
+    def pad_rows(self, rows: list[torch.Tensor | None]) -> list[torch.Tensor | None]:
+        """This rank's rows as its forward needs them (Megatron's expert parallel: equal
+        row counts on all ranks); extra rows are dropped from the outputs."""
+        return rows
+
+    def reduce_gradients(self) -> None:
+        """Sum this rank's gradients with the other ranks' (FSDP2: in its backward)."""
+
+    def part_weights(self) -> list[float] | None:
+        """Per trained parameter: 1 / the number of ranks holding the same gradient."""
+        return None
+
+    def forward(self, flags: tuple[bool, bool, bool], data: Any = None) -> Any:
+        """log π (entropy, routing) of this rank's rows; whole tensors on rank 0."""
+        grad, record, with_entropy = flags
+        mine = ranks.scatter_rows(data)
+        n = len(mine[0])
+        ids, attn, mask, replay = self.pad_rows(mine)
+        with torch.set_grad_enabled(grad):
+            outs = self.forward_logprobs(  # type: ignore[attr-defined]
+                ids, attn, mask, replay=replay, record=record, with_entropy=with_entropy
+            )
+        self._graph = outs[0] if grad else None
+        return ranks.gather_rows([None if t is None else to_host(t.detach()[:n]) for t in outs])
+
+    def backward_step(self, data: Any = None) -> dict[str, float]:
+        """Back-propagate rank 0's ∂loss/∂log π through this rank's rows, then update."""
+        (grad,) = ranks.scatter_rows(data)
+        self._backward(grad)
+        return self.apply_gradients()  # type: ignore[attr-defined]
+
+    def backward_cosine_step(self, with_reference: bool, data: Any = None) -> Any:
+        """`backward_step`, and the cosine between ∇loss and ∇reference over all shards."""
+        g_loss, g_ref = ranks.scatter_rows(data)
+        params = [p for p in self.trained_module().parameters() if p.requires_grad]  # type: ignore[attr-defined]
+        found = math.nan
+        if with_reference:
+            self._backward(g_ref, keep=True)
+            ref = [local(p.grad) for p in params]
+            self.optimizer.zero_grad(set_to_none=True)  # type: ignore[attr-defined]
+            self._backward(g_loss)
+            found = cosine(ref, [local(p.grad) for p in params], self.part_weights())
+        else:
+            self._backward(g_loss)
+        return self.apply_gradients(), found  # type: ignore[attr-defined]
+
+    def _backward(self, grad: torch.Tensor, keep: bool = False) -> None:
+        if self._graph is None:
+            raise RuntimeError("backward without a forward that kept its graph")
+        extra = len(self._graph) - len(grad)  # pad_rows' rows: no loss on them
+        grad = torch.cat([grad, grad.new_zeros(extra, *grad.shape[1:])]) if extra else grad
+        with self.autograd_context():  # type: ignore[attr-defined]
+            self._graph.backward(grad.to(self._graph.device), retain_graph=keep)
+        if not keep:
+            self._graph = None
+        self.reduce_gradients()
+
+
+def usage_of(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, float]:
+    """Bytes of `model`'s parameters and `optimizer`'s state in this process (its shards
+    only, if sharded), the process's peak resident memory and its CPU seconds so far."""
+    states = [v for s in optimizer.state.values() for v in s.values()]
+    return {
+        "params": sum(local(p).nbytes for p in model.parameters()),
+        "optimizer": sum(local(v).nbytes for v in states if isinstance(v, torch.Tensor)),
+        "max_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "cpu_s": time.process_time(),
+    }
+
+
+def usage_on_rank_0(model: nn.Module, optimizer: torch.optim.Optimizer) -> list | None:
+    """`usage_of` every rank, as a list on rank 0 (None elsewhere); a collective."""
+    out: list[Any] | None = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+    dist.gather_object(usage_of(model, optimizer), out, dst=0)
+    return out
+
+
+def local(t: torch.Tensor | None) -> torch.Tensor | None:
+    """This rank's shard of a (DTensor) parameter or gradient."""
+    if t is None:
+        return None
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def to_host(t: torch.Tensor | None) -> torch.Tensor | None:
+    return None if t is None else t.to(HOST)
+
+
+def cosine(
+    a: list[torch.Tensor | None],
+    b: list[torch.Tensor | None],
+    weights: list[float] | None = None,
+) -> float:
+    """Cosine of two gradients held in parts over the ranks (None = zeros), from sums of
+    every rank's dot products, part i counted with `weights[i]` (1 / the ranks holding
+    the same part; default 1: every part on one rank only). NaN when either gradient is
+    zero or not finite (no direction to compare)."""
+    dot = na = nb = 0.0
+    for i, (x, y) in enumerate(zip(a, b, strict=True)):
+        w = 1.0 if weights is None else weights[i]
+        x64 = x.double().reshape(-1) if x is not None else None
+        y64 = y.double().reshape(-1) if y is not None else None
+        if x64 is not None:
+            na += w * float(x64 @ x64)
+        if y64 is not None:
+            nb += w * float(y64 @ y64)
+        if x64 is not None and y64 is not None:
+            dot += w * float(x64 @ y64)
+    dot, na, nb = ranks.all_sum([dot, na, nb])
+    if not (math.isfinite(dot) and math.isfinite(na) and math.isfinite(nb)) or na == 0 or nb == 0:
+        return math.nan
+    return max(-1.0, min(1.0, dot / math.sqrt(na * nb)))
+
+
+def _grad(out: torch.Tensor, leaf: torch.Tensor, keep: bool = False) -> torch.Tensor:
+    (g,) = torch.autograd.grad(out, leaf, retain_graph=keep, allow_unused=True)
+    return torch.zeros_like(leaf) if g is None else g
+
+
+def serve() -> None:
+    """A worker rank: build its shard when told, then run each command on it until exit.
+    Ctrl-C (which torchrun passes on to every rank) is rank 0's to handle: it checkpoints
+    the interrupted run with every rank, then sends exit."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    shard: Any = None
+    while True:
+        name, args = ranks.Commands.receive()
+        if name == "exit":
+            return
+        if name == "init":
+            torch.manual_seed(0)  # nothing on a worker samples; keep it deterministic anyway
+            shard = make_shard(*args)
+        elif shard is None:
+            raise RuntimeError(f"command {name!r} before the policy was built")
+        else:
+            getattr(shard, name)(*args)
