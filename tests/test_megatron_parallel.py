@@ -5,6 +5,7 @@ batch; checkpoints resume 1 -> 2 and 2 -> 1; and the parallel config keys' error
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -115,3 +116,37 @@ def test_parallel_config_keys_and_their_errors(ckpt, tmp_path):
     tp = EngineConfig(training="megatron", megatron=MegatronConfig(tensor_model_parallel_size=2))
     with pytest.raises(UserError, match="tensor_model_parallel_size=2: not supported"):
         MegatronTrainingEngine(ckpt, tp, job.OPTIM)
+
+
+def test_minirl_train_on_two_ranks_with_expert_parallel_then_resume_in_one(tiny_config, tmp_path):
+    """`minirl train --nproc 2` with engine.megatron.expert_model_parallel_size=2 and R3:
+    step 1 as one process trains it (same batch, same update); the whole-model
+    checkpoint of step 2 resumes in one process and redoes step 3 as the 2 ranks did."""
+    from test_distributed import _close as close
+    from test_distributed import _finish, _launch, _values, _write_config
+
+    from trainer.run import train
+
+    engine = {"training": "megatron", "megatron": {"expert_model_parallel_size": 2}}
+    cfg = tiny_config(engine=engine, train={"routing_replay": "R3"})
+    two = tmp_path / "two"
+    code, err = _finish(_launch(_write_config(cfg, tmp_path / "tiny.yaml"), two), timeout=200)
+    assert code == 0, err
+    one_cfg = tiny_config(engine={"training": "megatron"}, train={"routing_replay": "R3"})
+    one_step = dataclasses.replace(one_cfg.train, steps=1)
+    one = train(dataclasses.replace(one_cfg, train=one_step), progress=False)
+    for name in ("optim/loss", "optim/grad_norm", "mismatch/kl_k1", "policy/entropy"):
+        a, b = _values(one.run_dir, name)[1], _values(two, name)[1]
+        assert close(a, b, 1e-5), (name, a, b)
+    assert list(_values(two, "optim/grad_norm")) == [1, 2, 3]
+
+    ckpts = two / "checkpoints"
+    assert sorted(p.name for p in ckpts.iterdir()) == ["step_000002.pt", "step_000003.pt"]
+    logged = {n: _values(two, n)[3] for n in ("optim/loss", "optim/grad_norm", "reward/mean")}
+    (ckpts / "step_000003.pt").unlink()
+    one_cfg = dataclasses.replace(one_cfg, run_dir=str(two))
+    resumed = train(one_cfg, resume=True, progress=False)
+    assert (resumed.last_step, resumed.stopped) == (3, "completed")
+    for name, before in logged.items():
+        after = _values(two, name)
+        assert list(after) == [1, 2, 3] and close(after[3], before, 1e-4), (name, after, before)
