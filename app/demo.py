@@ -31,20 +31,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default=str(DEMO_CONFIG), help="run config (default: the demo's)")
     add_set_option(p, help="override a config key (repeatable)")
     p.add_argument("--runs-dir", default="runs", help="folder of runs the dashboard shows")
-    p.add_argument("--steps", type=int, default=None, help="RL steps (default: the config's)")
-    p.add_argument(
-        "--engine",
-        choices=("vllm", "torch"),
-        default=None,
-        help="inference engine (default: the config's, vLLM)",
-    )
+    p.add_argument("--steps", type=int, help="RL steps (default: the config's)")
+    p.add_argument("--engine", choices=("vllm", "torch"), help="rollout engine (default: config)")
     p.add_argument("--host", default="127.0.0.1", help="dashboard address (default loopback)")
     p.add_argument("--port", type=int, default=8501, help="dashboard port")
-    p.add_argument(
-        "--token",
-        default=None,
-        help="operator token (required for actions when --host is not loopback)",
-    )
+    p.add_argument("--token", help="operator token (required for actions off loopback)")
     p.add_argument("--no-dashboard", action="store_true", help="train only")
     p.add_argument(
         "--no-wait",

@@ -160,7 +160,7 @@ def bench_browser_live(tmp: Path, query: str = "", label: str = "") -> list[tupl
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="minirl bench dashboard", description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=100_000)
-    p.add_argument("--store", type=Path, default=None, help="keep the long run here")
+    p.add_argument("--store", type=Path, help="keep the long run here")
     p.add_argument("--no-browser", action="store_true")
     args = p.parse_args(argv)
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -115,7 +115,7 @@ def table(rows: list[dict]) -> str:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="minirl bench vllm", description=__doc__.split("\n")[0])
-    parser.add_argument("config", nargs="?", default=None, help="run config YAML")
+    parser.add_argument("config", nargs="?", help="run config YAML")
     add_set_option(parser, "set")
     parser.add_argument("--prompts", type=int, default=64, help="prompts per rollout")
     parser.add_argument("--repeats", type=int, default=5, help="timed rollouts per engine")

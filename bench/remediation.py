@@ -130,7 +130,7 @@ def judge(pair: Pair) -> Pair:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="minirl bench remediation", description=__doc__.split("\n")[0])
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
-    p.add_argument("--configs", nargs="+", default=None, help="incident configs (default all)")
+    p.add_argument("--configs", nargs="+", help="incident configs (default all)")
     p.add_argument("--runs", default="runs/incidents", help="runs without remediation")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--no-train", action="store_true", help="only report the runs that exist")

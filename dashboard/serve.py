@@ -183,7 +183,7 @@ def main(argv: list[str]) -> int:
         f"--host (or set ${ENV_TOKEN})",
     )
     parser.add_argument("--token", help="the operator token itself (visible in ps: avoid)")
-    parser.add_argument("--refresh", type=float, default=None, help="live refresh period, s")
+    parser.add_argument("--refresh", type=float, help="live refresh period, s")
     args = parser.parse_args(argv)
     args.token = read_token(args.token, args.token_file)
     if not is_loopback(args.host) and not args.token:

@@ -28,7 +28,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--run-lab", action="store_true", help="run the incident configs first")
     p.add_argument("--runs", default="runs/incidents", help="where lab runs are written")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3])
-    p.add_argument("--configs", nargs="+", default=None, help="incident configs (default all)")
+    p.add_argument("--configs", nargs="+", help="incident configs (default all)")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--export-only", action="store_true", help="export --runs, do not score")
     p.add_argument(
