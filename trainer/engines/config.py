@@ -150,8 +150,7 @@ class EngineConfig:
             raise ValueError(f"megatron={self.megatron!r}: expected a MegatronConfig")
         if self.megatron.parallel and self.training != "megatron":
             raise ValueError(
-                f"{_sizes(self.megatron)}: only with training=megatron "
-                f"(training={self.training})"
+                f"{_sizes(self.megatron)}: only with training=megatron (training={self.training})"
             )
         _one_of("inference_dtype", self.inference_dtype, Dtype)
         _one_of("weight_quant", self.weight_quant, WeightQuant)

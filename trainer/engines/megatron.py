@@ -109,6 +109,10 @@ def _require_megatron(device: torch.device) -> None:
     # (Apex, Transformer Engine, a default tp group): noise in the trainer's output
     for category in (UserWarning, DeprecationWarning, FutureWarning):
         warnings.filterwarnings("ignore", category=category, module=r"megatron\.")
+    # its expert-parallel token gathers call collectives torch deprecated (warned per call)
+    warnings.filterwarnings(
+        "ignore", r"`torch\.distributed\.\w+` is deprecated", FutureWarning, r"torch\."
+    )
     try:
         import megatron.core  # noqa: F401
     except ImportError:

@@ -1,10 +1,10 @@
 """The only place that patches megatron-core: what it needs to run on a CPU-only torch.
 
 megatron-core assumes a CUDA device in a few spots that a tiny MoE `GPTModel` (local
-layer spec, allgather token dispatcher, world size 1) passes through. Each patch below
-changes behaviour only where the original would crash without CUDA; on a machine where
-`torch.cuda.is_available()`, `apply()` installs nothing and megatron runs unmodified
-(megatron-core 0.19.2 ran the same model on an H100 with no patch). Checked against
+layer spec, allgather token dispatcher, one process or expert parallel) passes through.
+Each patch below changes behaviour only where the original would crash without CUDA; on
+a machine where `torch.cuda.is_available()`, `apply()` installs nothing and megatron
+runs unmodified (megatron-core 0.19.2 ran the same model on an H100 with no patch). Checked against
 megatron-core 0.16.1 (the newest release for Python 3.11); `apply()` refuses other
 versions on CPU rather than patching code it was not checked against. Every patch is
 tested (tests/test_megatron_cpu.py).
