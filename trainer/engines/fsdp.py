@@ -108,6 +108,7 @@ class FSDPTrainingEngine(RankZeroEngine):
     """`TrainingEngine` on rank 0 of a torchrun job (rank_zero.py), over FSDP2 shards;
     its checkpoints go through torch.distributed.checkpoint."""
 
+    shard_type = ShardedPolicy
     shard: ShardedPolicy
 
     def state_dict(self) -> ShardedState:

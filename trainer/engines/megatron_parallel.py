@@ -174,6 +174,7 @@ class MegatronShard(ShardSteps, MegatronTrainingEngine):
 class MegatronRankZero(RankZeroEngine):
     """`TrainingEngine` on rank 0 of a torchrun job over `MegatronShard`s."""
 
+    shard_type = MegatronShard
     shard: MegatronShard
 
     def state_dict(self) -> dict:

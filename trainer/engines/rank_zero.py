@@ -41,23 +41,15 @@ from trainer.engines.training import check_batch
 from trainer.models import load_policy
 
 
-def make_shard(checkpoint_dir: str | Path, config: EngineConfig, optim: OptimConfig) -> Any:
-    """This rank's shard of the configured training backend."""
-    if config.training == "megatron":
-        from trainer.engines.megatron_parallel import MegatronShard
-
-        return MegatronShard(checkpoint_dir, config, optim)
-    from trainer.engines.fsdp import ShardedPolicy
-
-    return ShardedPolicy(checkpoint_dir, config, optim)
-
-
 class RankZeroEngine:
     """`TrainingEngine` on rank 0 of a torchrun job; see the module docstring."""
 
+    shard_type: type
+    """The class of every rank's shard (sent to the workers, which build theirs)."""
+
     def __init__(self, checkpoint_dir: str | Path, config: EngineConfig, optim: OptimConfig):
-        ranks.Commands.send("init", str(checkpoint_dir), config, optim)
-        self.shard = make_shard(checkpoint_dir, config, optim)
+        ranks.Commands.send("init", self.shard_type, str(checkpoint_dir), config, optim)
+        self.shard = self.shard_type(checkpoint_dir, config, optim)
         self.tokenizer = self.shard.tokenizer
         self.world_size = dist.get_world_size()
         self._mirror, _ = load_policy(checkpoint_dir, config.train_dtype)  # unsharded copy
@@ -304,9 +296,9 @@ def _grad(out: torch.Tensor, leaf: torch.Tensor, keep: bool = False) -> torch.Te
 
 
 def serve() -> None:
-    """A worker rank: build its shard when told, then run each command on it until exit.
-    Ctrl-C (which torchrun passes on to every rank) is rank 0's to handle: it checkpoints
-    the interrupted run with every rank, then sends exit."""
+    """A worker rank: build its shard (of the class rank 0 names) when told, then run each
+    command on it until exit. Ctrl-C (which torchrun passes on to every rank) is rank 0's
+    to handle: it checkpoints the interrupted run with every rank, then sends exit."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     shard: Any = None
     while True:
@@ -315,7 +307,8 @@ def serve() -> None:
             return
         if name == "init":
             torch.manual_seed(0)  # nothing on a worker samples; keep it deterministic anyway
-            shard = make_shard(*args)
+            shard_type, *make = args
+            shard = shard_type(*make)
         elif shard is None:
             raise RuntimeError(f"command {name!r} before the policy was built")
         else:
