@@ -28,6 +28,7 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 import torch
+from torch import Tensor
 
 from monitor.errors import UserError
 from trainer import distributed
@@ -36,8 +37,8 @@ from trainer.engines import megatron_state
 from trainer.engines.config import EngineConfig, MegatronConfig, OptimConfig
 from trainer.engines.device import resolve_device
 from trainer.engines.megatron_routing import routed
-from trainer.engines.training import check_batch, response_logprobs
-from trainer.engines.update import PolicyUpdate, adamw
+from trainer.engines.scoring import LocalScorer
+from trainer.engines.update import adamw
 from trainer.models import load_policy
 
 INSTALL_HINT = "pip install 'minirl[megatron]'"
@@ -129,7 +130,7 @@ def _require_megatron(device: torch.device) -> None:
         raise UserError(f"engine.training=megatron: {err}") from None
 
 
-class MegatronTrainingEngine(PolicyUpdate):
+class MegatronTrainingEngine(LocalScorer):
     """`TrainingEngine` on megatron-core, world size 1 (or one rank's part of a torchrun
     job's model, megatron_parallel.py); see the module docstring."""
 
@@ -192,31 +193,15 @@ class MegatronTrainingEngine(PolicyUpdate):
 
     # ------------------------------------------------------------------ forward
 
-    def forward_logprobs(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        response_mask: torch.Tensor,
-        replay: torch.Tensor | None = None,
-        record: bool = False,
-        with_entropy: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-        """(logp [B, S], entropy [B, S] | None, routing [B, S, L, k] | None), exactly as
-        TorchTrainingEngine.forward_logprobs (right padding needs no key mask under the
+    def logits_and_routes(
+        self, ids: Tensor, attn: Tensor, replay: Tensor | None, record: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        """The GPTModel's logits through Megatron's RouterReplay (scoring.py does the rest,
+        exactly as for the transformers engine; right padding needs no key mask under the
         causal mask: a pad only follows the tokens that are scored)."""
-        check_batch(input_ids, attention_mask, response_mask)
-        dev = self.device
-        input_ids, attention_mask, response_mask = (
-            t.to(dev) for t in (input_ids, attention_mask, response_mask)
-        )
-        with megatron_world(), routed(self.module, len(input_ids), replay, record) as cap:
-            logits = megatron_logits(self.module, input_ids)
-
-        logp, entropy = response_logprobs(logits, input_ids, response_mask, with_entropy)
-        routes = None
-        if record:
-            routes = cap.indices().masked_fill((attention_mask == 0)[..., None, None], -1)
-        return logp, entropy, routes
+        with megatron_world(), routed(self.module, len(ids), replay, record) as cap:
+            logits = megatron_logits(self.module, ids)
+        return logits, cap.indices() if record else None
 
     # ------------------------------------------------------------------ optimiser
 

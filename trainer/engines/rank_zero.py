@@ -37,7 +37,7 @@ from monitor.errors import UserError
 from trainer import distributed as ranks
 from trainer.engines.config import EngineConfig, OptimConfig
 from trainer.engines.device import HOST
-from trainer.engines.training import check_batch
+from trainer.engines.scoring import check_batch
 from trainer.models import load_policy
 
 
