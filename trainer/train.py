@@ -29,7 +29,7 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="continue the run in --run-dir (or the config's) from its last checkpoint",
     )
-    p.add_argument("--prometheus-port", type=int, help="serve metrics on 127.0.0.1:PORT")
+    p.add_argument("--prometheus-port", type=int, help="serve Prometheus metrics on 127.0.0.1:PORT")
     p.add_argument("--webhook", help="POST alerts as JSON to this URL")
     p.add_argument("--slack", action="store_true", help="send the webhook in Slack's format")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
