@@ -3,18 +3,20 @@
     minirl bench megatron [--steps 30] [--eval-every 5] [--runs runs/megatron-compare]
         [--out bench/results/megatron.md]
 
-Two `minirl train configs/demo.yaml` runs, identical but for `engine.training`
-(torch, then megatron): the demo's tiny Qwen3-MoE after its cached cold start, vLLM bf16
-rollouts, R3 (`train.routing_replay=R3`: vLLM's routes replayed in the θ_old pass and the
-update), the same seed, --steps steps, without the demo's scripted incident and with
-remediation off (so that nothing but the engine differs). Reports the held-out accuracy
-of the inference engine (`eval/acc`) at every evaluation side by side, the median step
-time and its training part (`perf/train_s`: the θ_old pass and the update; the rollout
-and the evaluations are vLLM's in both), and the mean training-inference mismatch.
-Writes --out (Markdown, with the command) and the numbers as JSON beside it. Not part of
-the test suite (about 10 minutes on 2 CPU cores); existing finished runs are reused.
-Because a shared machine makes per-step times noisy, the training part is also timed
-alone on one fixed batch, the two engines interleaved.
+Three `minirl train configs/demo.yaml` runs, identical but for the training engine
+(torch; megatron; megatron with expert parallel 2 on two processes, `--nproc 2 --set
+engine.megatron.expert_model_parallel_size=2`, one torch thread each): the demo's tiny
+Qwen3-MoE after its cached cold start, vLLM bf16 rollouts, R3 (`train.routing_replay=R3`:
+vLLM's routes replayed in the θ_old pass and the update), the same seed, --steps steps,
+without the demo's scripted incident and with remediation off (so that nothing but the
+engine differs). Reports the held-out accuracy of the inference engine (`eval/acc`) at
+every evaluation side by side, the median step time and its training part
+(`perf/train_s`: the θ_old pass and the update; the rollout and the evaluations are
+vLLM's in all), the mean training-inference mismatch and the gradient norms. Writes --out
+(Markdown, with the command) and the numbers as JSON beside it. Not part of the test
+suite (about 12 minutes on 2 CPU cores); existing finished runs are reused. Because a
+shared machine makes per-step times noisy, the training part of the two one-process
+engines is also timed alone on one fixed batch, interleaved.
 """
 
 from __future__ import annotations
@@ -33,13 +35,21 @@ from bench import REPO, RESULTS
 
 CONFIG = "configs/demo.yaml"
 ENGINES = ("torch", "megatron")
+ARMS = {  # run name -> (engine.training, processes; > 1: expert parallel over them)
+    "torch": ("torch", 1),
+    "megatron": ("megatron", 1),
+    "megatron_ep2": ("megatron", 2),
+}
 STEP = ("perf/step_s", "perf/train_s", "perf/rollout_s")
-MEANS = ("mismatch/kl_k1", "routing/mismatch_train_infer", "optim/grad_norm")
+MEANS = ("mismatch/kl_k1", "routing/mismatch_train_infer")
+NORM = "optim/grad_norm"
 
 
-def _train(run_dir: Path, engine: str, args: argparse.Namespace) -> None:
+def _train(run_dir: Path, arm: str, args: argparse.Namespace) -> None:
     if (run_dir / "DONE").exists():
         return
+    engine, nproc = ARMS[arm]
+    threads = max(1, args.threads // nproc)
     sets = {
         "engine.training": engine,
         "train.routing_replay": "R3",
@@ -47,13 +57,16 @@ def _train(run_dir: Path, engine: str, args: argparse.Namespace) -> None:
         "train.incidents": "[]",
         "train.remediation": "false",
         "eval.every": args.eval_every,
-        "threads": args.threads,
+        "threads": threads,
     }
+    if nproc > 1:
+        sets["engine.megatron.expert_model_parallel_size"] = nproc
     cmd = [sys.executable, "-m", "app.cli", "train", CONFIG, "--run-dir", str(run_dir), "--quiet"]
+    cmd += ["--nproc", str(nproc)] if nproc > 1 else []
     for key, value in sets.items():
         cmd += ["--set", f"{key}={value}"]
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
-    print(f"training {engine}: {shlex.join(cmd)}", flush=True)
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    print(f"training {arm}: {shlex.join(cmd)}", flush=True)
     subprocess.run(cmd, check=True, env=env, cwd=REPO, stdout=subprocess.DEVNULL)
     (run_dir / "DONE").write_text("")
 
@@ -62,13 +75,15 @@ def _read(run_dir: Path) -> dict:
     from monitor import RunReader
 
     with RunReader(run_dir) as reader, reader.snapshot():
-        series = reader.scalars(["eval/acc", *STEP, *MEANS])
+        series = reader.scalars(["eval/acc", *STEP, *MEANS, NORM])
     steps, acc = series["eval/acc"]
     out: dict = {"eval": dict(zip(steps.tolist(), acc.tolist(), strict=True))}
     for name in STEP:  # the first step pays one-time costs (warm-up)
         out[name] = statistics.median(series[name][1].tolist()[1:])
     for name in MEANS:
         out[name] = statistics.fmean(series[name][1].tolist())
+    norms = series[NORM][1].tolist()  # one outlier would move a mean: median and max
+    out[f"{NORM}_median"], out[f"{NORM}_max"] = statistics.median(norms), max(norms)
     return out
 
 
@@ -131,9 +146,9 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     runs = Path(args.runs)
     result: dict = {"command": shlex.join(["minirl", "bench", "megatron", *argv])}
-    for engine in ENGINES:
-        _train(runs / engine, engine, args)
-        result[engine] = _read(runs / engine)
+    for arm in ARMS:
+        _train(runs / arm, arm, args)
+        result[arm] = _read(runs / arm)
     with tempfile.TemporaryDirectory(prefix="minirl-megatron-") as tmp:
         result["engine_timing"] = _time_engines(args, Path(tmp))
     result["load_avg_end"] = round(os.getloadavg()[0], 1)
@@ -144,38 +159,52 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+TITLES = {"torch": "transformers", "megatron": "Megatron", "megatron_ep2": "Megatron EP 2, 2 procs"}
+
+
+def _row(label: str, cells: list[str]) -> str:
+    return f"| {label} | " + " | ".join(cells) + " |"
+
+
 def _markdown(r: dict, args: argparse.Namespace) -> str:
-    t, m = r["torch"], r["megatron"]
+    arms = [a for a in ARMS if a in r]
+    titles = [TITLES[a] for a in arms]
+    rule = _row("---", ["---:"] * len(arms))
     lines = [
         "# Megatron vs transformers training engine: the demo with vLLM rollouts and R3",
         "",
-        f"Command: `{r['command']}`: it trains the two runs below unless --runs holds them"
+        f"Command: `{r['command']}`: it trains the runs below unless --runs holds them"
         " finished (then reused), and times the engines on each call.",
         "",
-        f"`minirl train {CONFIG}` twice, {args.steps} steps, seed 0, `train.routing_replay=R3`,"
-        " the scripted incident and remediation off, `--set engine.training=torch|megatron`;"
-        f" {args.threads} torch threads on a 2-core CPU shared with other jobs (load average"
-        f" {r['load_avg_end']} at the end). Same seed, same cold start: the runs differ only"
-        " by float rounding in the training engine, which changes some samples later on.",
+        f"`minirl train {CONFIG}` three times, {args.steps} steps, seed 0,"
+        " `train.routing_replay=R3`, the scripted incident and remediation off:"
+        " `--set engine.training=torch`, `--set engine.training=megatron`, and Megatron on"
+        " two processes with expert parallel 2 (`--nproc 2 --set"
+        " engine.megatron.expert_model_parallel_size=2`: each process holds 4 of the 8"
+        " experts of every MoE layer, data parallel 2 for the rest, rank 0 also runs vLLM);"
+        f" {args.threads} torch threads per run (split over its processes) on a 2-core CPU"
+        f" shared with other jobs (load average {r['load_avg_end']} at the end). Same seed,"
+        " same cold start: the runs differ only by float rounding in the training engine,"
+        " which changes some samples later on.",
         "",
         "## Held-out accuracy (`eval/acc`, vLLM bf16)",
         "",
-        "| step | transformers | Megatron |",
-        "|---:|---:|---:|",
+        _row("step", titles),
+        rule,
     ]
-    for step in sorted(set(t["eval"]) | set(m["eval"]), key=int):
-        a, b = t["eval"].get(step), m["eval"].get(step)
-        cell = [("-" if x is None else f"{x:.3f}") for x in (a, b)]
-        lines.append(f"| {step} | {cell[0]} | {cell[1]} |")
+    steps = sorted({s for a in arms for s in r[a]["eval"]}, key=int)
+    for step in steps:
+        vals = [r[a]["eval"].get(step) for a in arms]
+        lines.append(_row(str(step), ["-" if x is None else f"{x:.3f}" for x in vals]))
     lines += [
         "",
         "## Step time and mismatch",
         "",
         "Medians over the steps after the first; training = θ_old pass + update (the part"
-        " the engines differ in), rollout = vLLM. Means over all steps for the rest.",
+        " the engines differ in), rollout = vLLM. Means over all steps for the mismatch.",
         "",
-        "| | transformers | Megatron |",
-        "|---|---:|---:|",
+        _row("", titles),
+        rule,
     ]
     rows = [
         ("training s/step (`perf/train_s`)", "perf/train_s", ".3f"),
@@ -183,25 +212,28 @@ def _markdown(r: dict, args: argparse.Namespace) -> str:
         ("rollout s/step (`perf/rollout_s`)", "perf/rollout_s", ".3f"),
         ("mean `mismatch/kl_k1`", "mismatch/kl_k1", ".2e"),
         ("mean `routing/mismatch_train_infer`", "routing/mismatch_train_infer", ".4f"),
-        ("mean `optim/grad_norm`", "optim/grad_norm", ".2f"),
+        ("median `optim/grad_norm`", f"{NORM}_median", ".2f"),
+        ("max `optim/grad_norm`", f"{NORM}_max", ".1f"),
     ]
     for label, key, fmt in rows:
-        lines.append(f"| {label} | {format(t[key], fmt)} | {format(m[key], fmt)} |")
+        lines.append(_row(label, [format(r[a][key], fmt) for a in arms]))
     et = r["engine_timing"]
     lines += [
         "",
         "The machine's load makes the per-step times of the runs noisy (each step also"
-        " trains on different samples). The training part alone, on one fixed demo-sized"
-        " batch (256 rows of 52 tokens, R3 replay), the engines interleaved,"
+        " trains on different samples; the two-process run has one thread per process)."
+        " The training part alone, on one fixed demo-sized batch (256 rows of 52 tokens,"
+        " R3 replay), the one-process engines interleaved,"
         f" {args.repeats} repeats after a warm-up (θ_old pass + one update), one torch thread:",
         "",
-        "| | transformers | Megatron |",
-        "|---|---:|---:|",
+        _row("", [TITLES[e] for e in ENGINES]),
+        _row("---", ["---:"] * len(ENGINES)),
     ]
     for label, key in (
         ("wall s, median", "wall_median_s"),
         ("wall s, minimum", "wall_min_s"),
         ("CPU s, median", "cpu_median_s"),
     ):
-        lines.append(f"| {label} | {et['torch'][key]:.3f} | {et['megatron'][key]:.3f} |")
+        lines.append(_row(label, [f"{et[e][key]:.3f}" for e in ENGINES]))
+    lines += ["", "Notes on these runs (checked by hand): `megatron_notes.md`."]
     return "\n".join(lines) + "\n"
