@@ -9,7 +9,7 @@ section path). This module holds data only (no torch import); it builds no engin
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Literal, get_args
 
 Dtype = Literal["fp32", "bf16"]
@@ -36,8 +36,10 @@ class MegatronConfig:
     (`minirl train --nproc N`); the engine checks them against its world at start."""
 
     tensor_model_parallel_size: int = 1
-    """Tensor parallel ranks (attention heads, MLP and vocabulary split). GPU path only:
-    refused on the CPU (see README, "Megatron training engine")."""
+    """Tensor parallel ranks (attention heads, MLP and vocabulary split). Refused above 1
+    for now: the weight conversion does not split tensors, and megatron-core 0.16.1's MoE
+    with TP needs sequence parallel, which its CPU layer spec cannot build (README,
+    "Megatron training engine")."""
     pipeline_model_parallel_size: int = 1
     """Pipeline stages; only 1 (the engine runs the whole model on every rank)."""
     expert_model_parallel_size: int = 1
@@ -174,7 +176,7 @@ class EngineConfig:
 
 def _sizes(cfg: MegatronConfig) -> str:
     """The sizes that differ from 1, as `megatron.<key>=<value>`."""
-    sizes = [(f, getattr(cfg, f)) for f in cfg.__dataclass_fields__]
+    sizes = [(f.name, getattr(cfg, f.name)) for f in fields(cfg)]
     return ", ".join(f"megatron.{f}={v}" for f, v in sizes if v != 1)
 
 
