@@ -21,7 +21,7 @@ class DropDetector:
     def __init__(self, name: str, rule: DropRule) -> None:
         self.name, self.rule = name, rule
         self._n = 0
-        self._ewma = 0.0
+        self._ewma: float | None = None  # None until the first point
         self._peak = -math.inf
         self._peak_step = 0
         self._gate = Gate(cooldown=rule.cooldown)
@@ -34,8 +34,9 @@ class DropDetector:
         x = reading(scalars, r.metric)
         if x is None:
             return []
+        a = r.ewma_alpha
+        self._ewma = x if self._ewma is None else a * x + (1 - a) * self._ewma
         self._n += 1
-        self._ewma = x if self._n == 1 else r.ewma_alpha * x + (1 - r.ewma_alpha) * self._ewma
         if self._n <= r.warmup:
             return []
         if self._ewma > self._peak:

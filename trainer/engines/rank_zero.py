@@ -52,6 +52,9 @@ class RankZeroEngine:
         self.shard = self.shard_type(checkpoint_dir, config, optim)
         self.tokenizer = self.shard.tokenizer
         self.world_size = dist.get_world_size()
+        self.is_moe: bool = self.shard.is_moe
+        self.num_experts: int = self.shard.num_experts
+        self.optim: OptimConfig = self.shard.optim
         self._mirror, _ = load_policy(checkpoint_dir, config.train_dtype)  # unsharded copy
         self._mirror.train()
         self._stale = False
@@ -72,20 +75,8 @@ class RankZeroEngine:
         return HOST
 
     @property
-    def is_moe(self) -> bool:
-        return self.shard.is_moe
-
-    @property
-    def num_experts(self) -> int:
-        return self.shard.num_experts
-
-    @property
     def lr(self) -> float:
         return self.shard.lr
-
-    @property
-    def optim(self) -> OptimConfig:
-        return self.shard.optim
 
     def _run(self, name: str, *args: Any) -> None:
         ranks.Commands.send(name, *args)
