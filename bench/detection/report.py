@@ -6,7 +6,7 @@ import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from bench.detection.corpus import FRESH_SEEDS
+from bench.detection.corpus import FRESH_SEEDS, NEWEST_SEEDS
 from bench.detection.score import LEAD_GOAL, MEDIAN_LEAD_GOAL, RunScore, Summary, summarise
 
 MONITORS = ("ours", "rlwatch")
@@ -80,6 +80,7 @@ def write(scores: dict[str, list[RunScore]], command: str, out: Path, notes: Seq
         for group in ("lab", "real")
     }
     fresh = {m: report_runs(m, lambda r: _seed(r) in FRESH_SEEDS) for m in MONITORS}
+    newest = {m: report_runs(m, lambda r: _seed(r) in NEWEST_SEEDS) for m in MONITORS}
     lab_seeds = sorted({k for r in scores["ours"] if r.split == "report" and (k := _seed(r)) >= 0})
     counts = {
         label: sum(r.label == label for r in scores["ours"])
@@ -111,6 +112,11 @@ def write(scores: dict[str, list[RunScore]], command: str, out: Path, notes: Seq
         "fitted to them):",
         "",
         *summary_table(fresh),
+        "",
+        f"Of which seeds {', '.join(map(str, NEWEST_SEEDS))} alone, run last, after every "
+        "number of the other seeds had been published:",
+        "",
+        *summary_table(newest),
         "",
         "Public logs of other trainers (bench/data/real/SOURCES.md):",
         "",
