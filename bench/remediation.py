@@ -17,6 +17,8 @@ and every action with its outcome. *Rescued*: it collapses without, not with, an
 within 5 points of its stable twin (same seed, remediation on). *Worse*: remediation's
 final accuracy more than 5 points below the run without it, or a collapse only with it.
 Per stable run with remediation on: its automatic actions and the accuracy it cost.
+Beside μ's accuracy, π's (the trained weights in fp32, at each checkpoint the run kept,
+cached in the run directory): the verdicts read μ, as they did before π was measured.
 Writes bench/results/remediation.md and remediation.json.
 """
 
@@ -36,6 +38,8 @@ from monitor.reader import RunReader
 
 TOLERANCE = 0.05
 """Accuracy within 5 points counts as the same (issue 14)."""
+PI_CACHE = "pi_eval.json"
+"""Per run directory: π's held-out accuracy at each kept checkpoint."""
 TWINS = {"is_off": "stable_fp4", "r3_off": "stable_4x_r3"}
 """Each incident config's stable twin (the others': stable_base)."""
 
@@ -51,10 +55,34 @@ class Arm:
     first_action: int | None = None
     recovered: int | None = None
     actions: list[dict] = field(default_factory=list)
+    final_pi: float | None = None
+    """Held-out accuracy of π itself (the trained weights, fp32) at the last checkpoint."""
+    best_pi: float | None = None
+    """...and at its best kept checkpoint (every 10 steps)."""
 
 
-def read_arm(run_dir: Path, name: str) -> Arm:
-    """One run's outcome and its remediation history."""
+def pi_accuracies(run_dir: Path) -> list[tuple[int, float]]:
+    """(step, π's held-out accuracy) at every checkpoint the run kept, cached in the run
+    directory (`PI_CACHE`, remeasured when the kept checkpoints change)."""
+    from bench.lab.policy_eval import eval_policy_at
+    from trainer.checkpoints import list_checkpoints
+
+    steps = sorted(list_checkpoints(run_dir))
+    cache = run_dir / PI_CACHE
+    try:
+        cached = json.loads(cache.read_text()) if cache.is_file() else {}
+    except ValueError:
+        cached = {}  # a torn cache is remeasured, not trusted
+    if cached.get("steps") != steps:
+        cached = {"steps": steps, "pi": eval_policy_at(run_dir, list(steps)) if steps else []}
+        tmp = cache.with_suffix(".tmp")
+        tmp.write_text(json.dumps(cached) + "\n")
+        tmp.replace(cache)
+    return list(zip(cached["steps"], cached["pi"], strict=True))
+
+
+def read_arm(run_dir: Path, name: str, with_pi: bool = False) -> Arm:
+    """One run's outcome and its remediation history (and π's accuracy, `with_pi`)."""
     with RunReader(run_dir) as reader, reader.snapshot():
         series = reader.scalars(reader.metric_names())
         alerts = reader.alerts(min_severity="warning")
@@ -89,6 +117,8 @@ def read_arm(run_dir: Path, name: str) -> Arm:
             for a in actions
         ],
     )
+    if with_pi and (pis := pi_accuracies(run_dir)):
+        arm.final_pi, arm.best_pi = pis[-1][1], max(v for _, v in pis)
     applied = [a for a in actions if a.status == "applied" and a.resolved_step is not None]
     if applied:
         arm.first_action = applied[0].resolved_step
@@ -134,6 +164,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", default="runs/incidents", help="runs without remediation")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--no-train", action="store_true", help="only report the runs that exist")
+    p.add_argument("--no-pi", action="store_true", help="skip π's accuracy at the kept checkpoints")
     p.add_argument("--out", default=str(RESULTS / "remediation.md"))
     return p
 
@@ -158,8 +189,8 @@ def main(argv: list[str]) -> int:
                 name,
                 seed,
                 name.startswith("stable"),
-                read_arm(off, f"{name}/seed{seed}"),
-                read_arm(on, f"{name}/seed{seed}"),
+                read_arm(off, f"{name}/seed{seed}", not args.no_pi),
+                read_arm(on, f"{name}/seed{seed}", not args.no_pi),
                 twin_final,
             )
             pairs.append(judge(pair))
@@ -175,6 +206,12 @@ def _acc(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}"
 
 
+def _worse_pi(pairs: list[Pair]) -> str:
+    known = [p for p in pairs if p.off.final_pi is not None and p.on.final_pi is not None]
+    worse = sum(p.on.final_pi < p.off.final_pi - TOLERANCE for p in known)  # type: ignore[operator]
+    return f"{worse}/{len(known)}" if known else "not measured"
+
+
 def write(pairs: list[Pair], command: str, out: Path) -> None:
     incident = [p for p in pairs if not p.stable]
     collapsing = [p for p in incident if p.collapses_without]
@@ -185,7 +222,8 @@ def write(pairs: list[Pair], command: str, out: Path) -> None:
         "",
         f"Command: `{command}`. Same config and seed in both arms; the arm without "
         "remediation is the detection benchmark's run. Accuracies are held-out accuracy of "
-        "the inference engine (`eval/acc`).",
+        "the inference engine (`eval/acc`, μ: what the run serves), and π's (the trained "
+        "weights in fp32, sampled on the same held-out prompts at each kept checkpoint).",
         "",
         "| | result | goal |",
         "|---|---|---|",
@@ -194,19 +232,24 @@ def write(pairs: list[Pair], command: str, out: Path) -> None:
         f"| pairs where remediation did worse | "
         f"{sum(p.worse_with_remediation for p in pairs)}/{len(pairs)} | 0 |",
         f"| stable runs without any automatic action | {len(quiet)}/{len(stable)} | ≥ 90 % |",
+        f"| pairs where π (the trained weights) ended more than 5 points lower with "
+        f"remediation | {_worse_pi(pairs)} | (not a goal: the verdicts above read μ) |",
         "",
         "## Pairs",
         "",
         "| config | seed | collapses without | with: collapses | final acc off / on (twin) "
-        "| best off / on | first precursor → first action → recovered | rescued | worse |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| best off / on | π final off / on | π best off / on "
+        "| first precursor → first action → recovered | rescued | worse |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for p in pairs:
         lines.append(
             f"| {p.config} | {p.seed} | {p.off.onset if p.off.collapsed else 'no'} | "
             f"{p.on.onset if p.on.collapsed else 'no'} | {_acc(p.off.final_acc)} / "
             f"{_acc(p.on.final_acc)} ({_acc(p.twin_final)}) | {_acc(p.off.best_acc)} / "
-            f"{_acc(p.on.best_acc)} | {p.on.first_precursor} → {p.on.first_action} → "
+            f"{_acc(p.on.best_acc)} | {_acc(p.off.final_pi)} / {_acc(p.on.final_pi)} | "
+            f"{_acc(p.off.best_pi)} / {_acc(p.on.best_pi)} | "
+            f"{p.on.first_precursor} → {p.on.first_action} → "
             f"{p.on.recovered} | {'yes' if p.rescued else 'no'} | "
             f"{'yes' if p.worse_with_remediation else 'no'} |"
         )
@@ -249,6 +292,10 @@ def _pair_json(p: Pair) -> dict:
         "final_acc_on": p.on.final_acc,
         "best_acc_off": p.off.best_acc,
         "best_acc_on": p.on.best_acc,
+        "final_pi_off": p.off.final_pi,
+        "final_pi_on": p.on.final_pi,
+        "best_pi_off": p.off.best_pi,
+        "best_pi_on": p.on.best_pi,
         "twin_final_acc": p.twin_final,
         "off": asdict(p.off),
         "on": asdict(p.on),

@@ -127,3 +127,27 @@ def test_the_defaults_are_the_frozen_tuning_point():
 
     assert config_for(**FROZEN) == DetectorsConfig()
     assert all(FROZEN[k] in values for k, values in GRID.items())
+
+
+def test_pi_accuracies_are_cached_per_kept_checkpoints(tmp_path, monkeypatch):
+    """π is measured once per set of kept checkpoints; a new checkpoint or a torn cache
+    remeasures (the evaluation itself is bench.lab.policy_eval's, tested with the lab)."""
+    import bench.lab.policy_eval as policy_eval
+    import trainer.checkpoints as checkpoints
+    from bench.remediation import PI_CACHE, pi_accuracies
+
+    kept = {10: "a", 20: "b"}
+    calls: list[list[int]] = []
+
+    def fake_eval(run_dir, steps):
+        calls.append(list(steps))
+        return [s / 100 for s in steps]
+
+    monkeypatch.setattr(policy_eval, "eval_policy_at", fake_eval)
+    monkeypatch.setattr(checkpoints, "list_checkpoints", lambda run_dir: dict(kept))
+    assert pi_accuracies(tmp_path) == [(10, 0.1), (20, 0.2)]
+    assert pi_accuracies(tmp_path) == [(10, 0.1), (20, 0.2)] and len(calls) == 1
+    kept[30] = "c"
+    assert pi_accuracies(tmp_path)[-1] == (30, 0.3) and calls[-1] == [10, 20, 30]
+    (tmp_path / PI_CACHE).write_text("{torn")
+    assert pi_accuracies(tmp_path) == [(10, 0.1), (20, 0.2), (30, 0.3)] and len(calls) == 3

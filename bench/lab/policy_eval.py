@@ -39,14 +39,20 @@ def eval_policy_at(run_dir: Path, steps: list[int | None]) -> list[float]:
     loading the run's model once."""
     import torch  # here, so that the report (which reads the cache) needs no torch
 
+    from monitor.safe_yaml import read_yaml_mapping
     from trainer.checkpoints import list_checkpoints, load_checkpoint
     from trainer.coldstart import cold_start
+    from trainer.config import config_from_dict
     from trainer.evaluate import policy_accuracy
     from trainer.models import load_policy
-    from trainer.run import resume_config
+    from trainer.run import CONFIG_FILE
     from trainer.tasks import make_task
 
-    cfg = resume_config(run_dir, [])
+    # The run's own resolved config, less its monitor section: π's evaluation does not
+    # read it, and runs of older revisions name detectors this one no longer has.
+    data = read_yaml_mapping(Path(run_dir) / CONFIG_FILE, "config")
+    data.pop("monitor", None)
+    cfg = config_from_dict(data)
     start = cold_start(cfg.model, cfg.task, cfg.cold_start, eval_cfg=cfg.eval, progress=False)
     model, tokenizer = load_policy(start.path, cfg.engine.train_dtype)
     cold = {k: v.clone() for k, v in model.state_dict().items()}
