@@ -15,7 +15,8 @@ Two tiers, from the paper's recipes (arXiv 2512.01374):
 |---|---|
 | train_inference | IS on; if on, tighten the TIS cap (×0.5, down to 2), then IcePop [0.5, 5] |
 | staleness | clipping on if off, and halve the mini-batches per rollout |
-| routing | off-policy: R2 at ≤ 2 mini-batches, else R3 (R2 → R3); on-policy: the IS fix |
+| routing | off-policy: R2 at ≤ 2 mini-batches, else R3 (R2 → R3); then, by the metric: |
+| | drift across mini-batches → the staleness fix; training vs inference → the IS fix |
 | approximation | length norm off, else IS on, else clipping on, else fewer mini-batches |
 | optimisation | cap the learning rate at half its pre-episode value for the rest of the run |
 
@@ -154,6 +155,10 @@ class RemediationPolicy:
                         alert,
                     )
                 ]
+            if mini > 1 and _drifts_across_mini_batches(alert, context):
+                # replay is in place and the routers still drift from π_old to π_θ: the
+                # policy moves too far within a rollout, which is staleness's fix
+                return self.fix(replace(alert, factor="staleness"), controls, context)
             return self.fix(replace(alert, factor="train_inference"), controls, context)
         if alert.factor == "optimisation":
             return [self._lower_lr(alert, controls, context, why)]
@@ -265,6 +270,14 @@ class RemediationPolicy:
             kinds.add(d.kind)
             out.append(d)
         return out
+
+
+def _drifts_across_mini_batches(alert: Alert, context: Sequence[Alert]) -> bool:
+    """The routing alert blamed is (or, for a breakdown, the first open routing precursor
+    is) the drift between mini-batches, not the training-inference routing mismatch."""
+    routing = [a for a in (alert, *context) if a.factor == "routing" and a.metric != "precursors"]
+    first = min(routing, key=lambda a: (a.step, a.id), default=None)
+    return first is not None and first.metric == "routing/mismatch_stale"
 
 
 def _is_off(controls: Mapping[str, Any]) -> bool:

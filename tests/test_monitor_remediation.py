@@ -114,6 +114,33 @@ def test_a_breakdown_rolls_back_and_fixes_its_factor_escalating_each_time():
     )
 
 
+def test_a_routing_breakdown_with_replay_in_place_is_fixed_by_what_drifted():
+    """With R3 already in place, routing that drifts across mini-batches (π_old → π_θ) is
+    a staleness problem: fewer mini-batches; a training-inference routing mismatch keeps
+    the IS fix; the breakdown's own metric ("precursors") names neither."""
+    r3 = with_(mini_batches=4, routing_replay="R3", is_policy="token_tis", is_cap=5.0)
+    breakdown = make_alert(
+        detector="breakdown", severity="critical", metric="precursors", factor="routing", id=9
+    )
+
+    def routing(metric: str, step: int, id: int) -> Alert:
+        return make_alert(
+            detector="r", severity="warning", metric=metric, factor="routing", step=step, id=id
+        )
+
+    drift = routing("routing/mismatch_stale", 5, 1)
+    engines = routing("routing/mismatch_train_infer", 7, 2)
+    got, _ = decide([breakdown], r3, open_alerts=[engines, drift])  # drift opened first
+    assert got == [("rollback", {}), ("set_mini_batches", {"n": 2})]
+    got, _ = decide(
+        [breakdown], r3, open_alerts=[routing("routing/mismatch_train_infer", 3, 3), drift]
+    )
+    assert got == [("rollback", {}), ("set_is_policy", {"policy": "token_tis", "cap": 2.5})]
+    on_policy = with_(mini_batches=1, routing_replay="R3", is_policy="token_tis", is_cap=5.0)
+    got, _ = decide([breakdown], on_policy, open_alerts=[drift])
+    assert got == [("rollback", {}), ("set_is_policy", {"policy": "token_tis", "cap": 2.5})]
+
+
 def test_an_optimisation_breakdown_caps_the_lr_at_half_its_pre_episode_value():
     lr_rise = make_alert(
         detector="lr_rise",
