@@ -173,11 +173,16 @@ def scatter_rows(tensors: Sequence[torch.Tensor | None] | None) -> list[torch.Te
     return out[0]
 
 
+def gather_to_rank_0(obj: Any) -> list[Any] | None:
+    """Every rank's `obj` (picklable), as a list by rank on rank 0 (None elsewhere)."""
+    out: list[Any] | None = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+    dist.gather_object(obj, out, dst=0)
+    return out
+
+
 def gather_rows(local: Sequence[torch.Tensor | None]) -> list[torch.Tensor | None] | None:
     """Every rank's share of each tensor, concatenated by rows on rank 0 (None elsewhere)."""
-    world, me = dist.get_world_size(), dist.get_rank()
-    parts: list[Any] | None = [None] * world if me == 0 else None
-    dist.gather_object(list(local), parts, dst=0)
+    parts = gather_to_rank_0(list(local))
     if parts is None:
         return None
     return [

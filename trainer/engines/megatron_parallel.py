@@ -101,9 +101,9 @@ class MegatronShard(ShardSteps, MegatronTrainingEngine):
             for p, n, g in zip(mine, had, rest.split([p.numel() for p in mine]), strict=True):
                 p.grad = g.view_as(p).clone() if n > 0 else None
 
-    def apply_gradients(self) -> dict[str, float]:
-        """Clip by the global norm (each distinct gradient once), step unless the norm is
-        not finite, zero; the same decision on every rank."""
+    def clip_gradients(self) -> float:
+        """Clip by the global norm over all ranks, each distinct gradient counted once (a
+        collective: the same norm, so the same step or skip, on every rank)."""
         pairs = [(p, w) for p, w in zip(self.module.parameters(), self._weights, strict=True)]
         pairs = [(p, w) for p, w in pairs if p.grad is not None]
         (squares,) = ranks.all_sum(
@@ -113,17 +113,9 @@ class MegatronShard(ShardSteps, MegatronTrainingEngine):
         if pairs and self.optim.grad_clip > 0:
             grads = [p for p, _ in pairs]
             torch.nn.utils.clip_grads_with_norm_(grads, self.optim.grad_clip, torch.tensor(norm))
-        if math.isfinite(norm):
-            self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return {"optim/grad_norm": norm, "optim/lr": self.lr}
+        return norm
 
     # ------------------------------------------------------------------ the whole model
-
-    def _gather(self, part: Any) -> list[Any] | None:
-        parts: list[Any] | None = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
-        dist.gather_object(part, parts, dst=0)
-        return parts
 
     def full_weights(self) -> dict[str, torch.Tensor]:
         """The whole model's weights in transformers naming on rank 0 (empty elsewhere)."""
@@ -132,7 +124,7 @@ class MegatronShard(ShardSteps, MegatronTrainingEngine):
             for n, t in self.module.state_dict().items()
             if torch.is_tensor(t) and self.global_names[n] in self._held
         }
-        parts = self._gather(mine)
+        parts = ranks.gather_to_rank_0(mine)
         if parts is None:
             return {}
         whole = {k: v for part in parts for k, v in part.items()}
@@ -144,7 +136,7 @@ class MegatronShard(ShardSteps, MegatronTrainingEngine):
         part = megatron_state.named_state(
             self.module, self.optimizer, self.global_names, self._held
         )
-        parts = self._gather(part)
+        parts = ranks.gather_to_rank_0(part)
         if parts is None:
             return None
         return {**megatron_state.merge(parts), "lr_scale": self.lr_scale}

@@ -239,9 +239,7 @@ def usage_of(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, fl
 
 def usage_on_rank_0(model: nn.Module, optimizer: torch.optim.Optimizer) -> list | None:
     """`usage_of` every rank, as a list on rank 0 (None elsewhere); a collective."""
-    out: list[Any] | None = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
-    dist.gather_object(usage_of(model, optimizer), out, dst=0)
-    return out
+    return ranks.gather_to_rank_0(usage_of(model, optimizer))
 
 
 def local(t: torch.Tensor | None) -> torch.Tensor | None:
