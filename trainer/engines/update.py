@@ -89,16 +89,21 @@ class PolicyUpdate:
                 loss.backward()
         return self.apply_gradients()
 
-    def apply_gradients(self) -> dict[str, float]:
-        """Clip the accumulated gradients by their global norm, update unless the norm is
-        not finite, zero them. Under FSDP2 the norm is a DTensor over every rank's shards:
-        its full value is the same on all ranks, so all skip or step together."""
+    def clip_gradients(self) -> float:
+        """Clip the accumulated gradients by their global norm; return the norm. Under
+        FSDP2 the norm is a DTensor over every rank's shards: its full value is the same
+        on all ranks, so all skip or step together."""
         params = [p for p in self.trained_module().parameters() if p.grad is not None]
+        if not params:
+            return 0.0
         max_norm = self.optim.grad_clip if self.optim.grad_clip > 0 else math.inf
-        norm = 0.0
-        if params:
-            total = torch.nn.utils.clip_grad_norm_(params, max_norm)
-            norm = float(total.full_tensor() if hasattr(total, "full_tensor") else total)
+        total = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        return float(total.full_tensor() if hasattr(total, "full_tensor") else total)
+
+    def apply_gradients(self) -> dict[str, float]:
+        """Clip the accumulated gradients (`clip_gradients`), update unless their norm is
+        not finite, zero them."""
+        norm = self.clip_gradients()
         if math.isfinite(norm):
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
