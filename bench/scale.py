@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from monitor.errors import UserError
+
 CONFIG = "configs/demo_2proc.yaml"
 STEP_METRICS = ("perf/step_s", "perf/train_s", "perf/rollout_s", "perf/tokens_per_s")
 ROLLOUT = ("1 process, 1 thread", "1 process, 2 threads", "2 processes, 1 thread each")
@@ -49,6 +51,9 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     if args.engine_job:
         return _engine_job(args)
+    if args.steps < 2 or args.updates < 2:
+        # medians are over the steps (updates) after the first, which pays one-time costs
+        raise UserError(f"--steps {args.steps} --updates {args.updates}: each must be >= 2")
 
     load0 = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="minirl-scale-") as tmp:
@@ -121,7 +126,7 @@ def _engine_job(args: argparse.Namespace) -> int:
     from trainer import distributed
 
     if distributed.launched():
-        from trainer.engines.fsdp import serve
+        from trainer.engines.rank_zero import serve
 
         return distributed.run_ranks(lambda: _time_updates(args), serve)
     return _time_updates(args)
@@ -132,7 +137,7 @@ def _time_updates(args: argparse.Namespace) -> int:
 
     from trainer.engines.config import EngineConfig, OptimConfig
     from trainer.engines.factory import make_training_engine
-    from trainer.engines.fsdp import usage_of
+    from trainer.engines.rank_zero import usage_of
 
     torch.set_num_threads(1)
     torch.manual_seed(0)

@@ -32,8 +32,6 @@ from torch.distributed.fsdp import FSDPModule, fully_shard
 
 from trainer.engines.config import EngineConfig, OptimConfig
 from trainer.engines.rank_zero import RankZeroEngine, ShardSteps, usage_on_rank_0
-from trainer.engines.rank_zero import serve as serve  # the worker loop, re-exported
-from trainer.engines.rank_zero import usage_of as usage_of  # re-exported for bench scale
 from trainer.engines.reshard import full_fqn_state
 from trainer.engines.training import TorchTrainingEngine
 from trainer.engines.update import adamw
