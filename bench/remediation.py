@@ -64,20 +64,15 @@ class Arm:
 def pi_accuracies(run_dir: Path) -> list[tuple[int, float]]:
     """(step, π's held-out accuracy) at every checkpoint the run kept, cached in the run
     directory (`PI_CACHE`, remeasured when the kept checkpoints change)."""
-    from bench.lab.policy_eval import eval_policy_at
+    from bench.lab import policy_eval
     from trainer.checkpoints import list_checkpoints
 
     steps = sorted(list_checkpoints(run_dir))
-    cache = run_dir / PI_CACHE
-    try:
-        cached = json.loads(cache.read_text()) if cache.is_file() else {}
-    except ValueError:
-        cached = {}  # a torn cache is remeasured, not trusted
+    cached = policy_eval.read_cache(run_dir / PI_CACHE)
     if cached.get("steps") != steps:
-        cached = {"steps": steps, "pi": eval_policy_at(run_dir, list(steps)) if steps else []}
-        tmp = cache.with_suffix(".tmp")
-        tmp.write_text(json.dumps(cached) + "\n")
-        tmp.replace(cache)
+        pis = policy_eval.eval_policy_at(run_dir, list(steps)) if steps else []
+        cached = {"steps": steps, "pi": pis}
+        policy_eval.write_cache(run_dir / PI_CACHE, cached)
     return list(zip(cached["steps"], cached["pi"], strict=True))
 
 

@@ -22,16 +22,28 @@ from bench.lab.manifest import RunSpec
 CACHE = "policy_eval.json"
 
 
-def load_policy_evals(lab_dir: Path) -> dict[str, dict[str, Any]]:
-    """{run key: {"steps": [...], "pi": [...], "pi0": x}} measured so far ({} if none)."""
-    path = Path(lab_dir) / CACHE
+def read_cache(path: Path) -> dict[str, Any]:
+    """A JSON cache of measurements ({} if missing, torn or not a mapping: a torn cache is
+    remeasured, not trusted)."""
     if not path.is_file():
         return {}
     try:
         data = json.loads(path.read_text())
     except ValueError:
-        return {}  # a torn cache is remeasured, not trusted
+        return {}
     return data if isinstance(data, dict) else {}
+
+
+def write_cache(path: Path, data: dict[str, Any]) -> None:
+    """Replace the cache at once (a reader never sees half of it)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    tmp.replace(path)
+
+
+def load_policy_evals(lab_dir: Path) -> dict[str, dict[str, Any]]:
+    """{run key: {"steps": [...], "pi": [...], "pi0": x}} measured so far ({} if none)."""
+    return read_cache(Path(lab_dir) / CACHE)
 
 
 def eval_policy_at(run_dir: Path, steps: list[int | None]) -> list[float]:
@@ -93,7 +105,5 @@ def run_policy_evals(lab_dir: Path, specs: list[RunSpec], say: Any = print) -> d
             pi0[setting], pis = pis[0], pis[1:]
         done[spec.key] = {"steps": steps, "pi": pis, "pi0": pi0[setting]}
         say(f"  {spec.key}: π at steps {steps}: {', '.join(f'{x:.3f}' for x in pis)}")
-        tmp = lab_dir / (CACHE + ".tmp")
-        tmp.write_text(json.dumps(done, indent=1) + "\n")
-        tmp.replace(lab_dir / CACHE)
+        write_cache(lab_dir / CACHE, done)
     return done
