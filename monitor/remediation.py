@@ -275,7 +275,7 @@ class RemediationPolicy:
 def _drifts_across_mini_batches(alert: Alert, context: Sequence[Alert]) -> bool:
     """The routing alert blamed is (or, for a breakdown, the first open routing precursor
     is) the drift between mini-batches, not the training-inference routing mismatch."""
-    routing = [a for a in (alert, *context) if a.factor == "routing" and a.metric != "precursors"]
+    routing = [a for a in (alert, *context) if a.factor == "routing" and a.severity != "critical"]
     first = min(routing, key=lambda a: (a.step, a.id), default=None)
     return first is not None and first.metric == "routing/mismatch_stale"
 

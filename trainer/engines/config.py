@@ -47,14 +47,10 @@ class MegatronConfig:
     experts (tokens reach the others through Megatron's token dispatcher)."""
 
     def __post_init__(self) -> None:
-        for name in (
-            "tensor_model_parallel_size",
-            "pipeline_model_parallel_size",
-            "expert_model_parallel_size",
-        ):
-            value = getattr(self, name)
+        for f in fields(self):
+            value = getattr(self, f.name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name}={value!r}: must be a positive integer")
+                raise ValueError(f"{f.name}={value!r}: must be a positive integer")
         if self.pipeline_model_parallel_size != 1:
             raise ValueError(
                 f"pipeline_model_parallel_size={self.pipeline_model_parallel_size}: only 1 "
