@@ -59,6 +59,7 @@ FORMS: dict[str, tuple[Field, ...]] = {
                  Field("eps_high", "float", None, True, help="> 0; paper 0.27")),
     "set_routing_replay": (Field("mode", "choice", "R2", choices=ROUTING_MODES),),
     "set_mini_batches": (Field("n", "int", 1),),
+    "set_mini_batches_cap": (Field("n", "int", 1, help="held for the rest of the run"),),
     "set_length_norm": (Field("enabled", "bool", False),),
     "scale_lr": (Field("factor", "float", 0.5, help="in (0, 10]"),),
     "rollback": (Field("step", "int", None, True,

@@ -198,6 +198,8 @@ def short(kind: str, params: dict) -> str:
         return f"replay {p.get('mode')}"
     if kind == "set_mini_batches":
         return f"mini-batches {p.get('n')}"
+    if kind == "set_mini_batches_cap":
+        return f"mini-batches ≤ {p.get('n')}"
     if kind == "scale_lr":
         return f"lr ×{p.get('factor')}"
     if kind == "set_lr_cap" and "lr" in p:

@@ -15,6 +15,7 @@ Kinds and parameters (`?` = optional):
 | set_clip | enabled: bool, eps_low?: 0 < float < 1, eps_high?: float > 0 |
 | set_routing_replay | mode: none|R2|R3 |
 | set_mini_batches | n: int ≥ 1 |
+| set_mini_batches_cap | n: int ≥ 1 (never more mini-batches per rollout from now on) |
 | set_length_norm | enabled: bool |
 | scale_lr | factor: 0 < float ≤ 10 |
 | set_lr_cap | lr: float > 0 (the lr never exceeds it from now on, whatever the schedule) |
@@ -95,6 +96,7 @@ _SPECS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "set_clip": (("enabled",), ("eps_low", "eps_high")),
     "set_routing_replay": (("mode",), ()),
     "set_mini_batches": (("n",), ()),
+    "set_mini_batches_cap": (("n",), ()),
     "set_length_norm": (("enabled",), ()),
     "scale_lr": (("factor",), ()),
     "set_lr_cap": (("lr",), ()),
@@ -156,7 +158,8 @@ def validate(kind: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 # What each kind does to the run's controls (Monitor's keys: is_policy, is_cap, is_band,
-# clip, eps_low, eps_high, routing_replay, mini_batches, length_norm, lr, lr_cap): one
+# clip, eps_low, eps_high, routing_replay, mini_batches, mini_batches_cap, length_norm,
+# lr, lr_cap): one
 # (knob, param, how) per knob it moves. how: "set" the knob to the param's value,
 # "scale" the knob by it, or a mapping from the param's value to the knob's. An optional
 # param that is absent moves nothing. The one interpreter of actions: the monitor's view
@@ -178,6 +181,7 @@ EFFECTS: dict[str, tuple[tuple[str, str, Any], ...]] = {
     ),
     "set_routing_replay": (("routing_replay", "mode", "set"),),
     "set_mini_batches": (("mini_batches", "n", "set"),),
+    "set_mini_batches_cap": (("mini_batches_cap", "n", "set"),),
     "set_length_norm": (("length_norm", "enabled", "set"),),
     "scale_lr": (("lr", "factor", "scale"),),
     "set_lr_cap": (("lr_cap", "lr", "set"),),
@@ -208,4 +212,14 @@ def apply_to_controls(controls: Mapping[str, Any], kind: str, params: Mapping[st
             out[knob] = value
         elif out.get(knob) is not None:
             out[knob] = float(out[knob]) * value
-    return out
+    return hold_caps(out)
+
+
+def hold_caps(controls: dict) -> dict:
+    """A cap holds whatever sets the knob later (a schedule, an incident, a request): the
+    mini-batches per rollout never exceed `mini_batches_cap` (the lr's cap is applied by
+    the trainer's schedule, which owns the lr)."""
+    cap = controls.get("mini_batches_cap")
+    if cap is not None and controls.get("mini_batches") is not None:
+        controls["mini_batches"] = min(int(controls["mini_batches"]), int(cap))
+    return controls

@@ -14,11 +14,15 @@ Two tiers, from the paper's recipes (arXiv 2512.01374):
 | blamed factor | fix |
 |---|---|
 | train_inference | IS on; if on, tighten the TIS cap (×0.5, down to 2), then IcePop [0.5, 5] |
-| staleness | clipping on if off, and halve the mini-batches per rollout |
+| staleness | clipping on if off, and cap the mini-batches per rollout at half (held) |
 | routing | off-policy: R2 at ≤ 2 mini-batches, else R3 (R2 → R3); then, by the metric: |
 | | drift across mini-batches → the staleness fix; training vs inference → the IS fix |
 | approximation | length norm off, else IS on, else clipping on, else fewer mini-batches |
 | optimisation | cap the learning rate at half its pre-episode value for the rest of the run |
+
+A cause that persists is held off: the lr cap and the mini-batch cap last for the rest of
+the run, so a schedule or a scripted change that raises the knob again after the fix
+cannot undo it.
 
 A fix that did not hold — another breakdown after it — escalates: the next critical
 finds the run in the changed setting and takes the next step of the same recipe (a
@@ -139,9 +143,10 @@ class RemediationPolicy:
         if alert.factor in ("staleness", "approximation") and mini > 1:
             return [
                 _d(
-                    "set_mini_batches",
+                    "set_mini_batches_cap",
                     {"n": mini // 2},
-                    f"{why} → halve the mini-batches per rollout {mini} → {mini // 2}",
+                    f"{why} → halve the mini-batches per rollout {mini} → {mini // 2} and "
+                    "hold them there for the rest of the run",
                     alert,
                 )
             ]

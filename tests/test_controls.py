@@ -34,6 +34,12 @@ def test_each_kind_moves_exactly_its_knob():
     assert _apply("rollback", {}) == Request("rollback", None)
     assert _apply("rollback", {"step": 40}) == Request("rollback", 40)
     assert _apply("stop", {}) == Request("stop")
+    capped = _apply("set_mini_batches_cap", {"n": 2})
+    assert (capped.mini_batches, capped.mini_batches_cap) == (2, 2)
+    # the cap holds: a later raise (an incident, a request) stops at it; lower goes through
+    assert _apply("set_mini_batches", {"n": 8}, capped).mini_batches == 2
+    assert _apply("set_mini_batches", {"n": 1}, capped).mini_batches == 1
+    assert _apply("set_mini_batches_cap", {"n": 8}).mini_batches == 4  # a cap never raises
     # nothing else changed
     moved = _apply("set_mini_batches", {"n": 2})
     assert moved.loss == BASE.loss and moved.routing_replay == BASE.routing_replay
@@ -43,6 +49,7 @@ def test_each_kind_moves_exactly_its_knob():
     ("kind", "params", "controls", "moe", "reason"),
     [
         ("set_mini_batches", {"n": 3}, BASE, True, "do not divide the 8 prompt groups"),
+        ("set_mini_batches_cap", {"n": 3}, BASE, True, "do not divide the 8 prompt groups"),
         ("set_routing_replay", {"mode": "R2"}, BASE, False, "needs an MoE policy"),
         (
             "set_is_correction",

@@ -90,12 +90,12 @@ def test_a_breakdown_rolls_back_and_fixes_its_factor_escalating_each_time():
     ]
     assert decide([ti], with_(is_policy="icepop"))[0] == [rollback]  # nothing left to automate
     st = crit("staleness")
-    assert decide([st], with_(mini_batches=8))[0] == [rollback, ("set_mini_batches", {"n": 4})]
+    assert decide([st], with_(mini_batches=8))[0] == [rollback, ("set_mini_batches_cap", {"n": 4})]
     # clipping alone does not undo 8×: back on, and the next step of the recipe too
     assert [k for k, _ in decide([st], with_(clip=False, mini_batches=8))[0]] == [
         "rollback",
         "set_clip",
-        "set_mini_batches",
+        "set_mini_batches_cap",
     ]
     ti_off = decide([ti], with_(mini_batches=8))[0]  # IS off: turning it on is the fix
     assert ti_off == [rollback, ("set_is_correction", {"enabled": True, "cap": 5.0})]
@@ -109,7 +109,7 @@ def test_a_breakdown_rolls_back_and_fixes_its_factor_escalating_each_time():
     assert on_policy[1] == ("set_is_policy", {"policy": "token_tis", "cap": 2.5})
     ap = crit("approximation")
     assert decide([ap], with_(is_policy="token_tis", mini_batches=4))[0][1] == (
-        "set_mini_batches",
+        "set_mini_batches_cap",
         {"n": 2},
     )
 
@@ -131,7 +131,7 @@ def test_a_routing_breakdown_with_replay_in_place_is_fixed_by_what_drifted():
     drift = routing("routing/mismatch_stale", 5, 1)
     engines = routing("routing/mismatch_train_infer", 7, 2)
     got, _ = decide([breakdown], r3, open_alerts=[engines, drift])  # drift opened first
-    assert got == [("rollback", {}), ("set_mini_batches", {"n": 2})]
+    assert got == [("rollback", {}), ("set_mini_batches_cap", {"n": 2})]
     got, _ = decide(
         [breakdown], r3, open_alerts=[routing("routing/mismatch_train_infer", 3, 3), drift]
     )
@@ -300,6 +300,7 @@ def test_every_kind_validates_and_applies_to_controls():
         "set_clip": ({"enabled": True, "eps_high": 0.3}, {"eps_high": 0.3}),
         "set_routing_replay": ({"mode": "R3"}, {"routing_replay": "R3"}),
         "set_mini_batches": ({"n": 2}, {"mini_batches": 2}),
+        "set_mini_batches_cap": ({"n": 2}, {"mini_batches_cap": 2}),  # 1 is below the cap
         "set_length_norm": ({"enabled": True}, {"length_norm": True}),
         "scale_lr": ({"factor": 0.5}, {"lr": 3e-4 * 0.5}),
         "set_lr_cap": ({"lr": 1e-4}, {"lr_cap": 1e-4}),
@@ -354,3 +355,13 @@ def test_last_healthy_checkpoint_is_before_the_first_open_alert(tmp_path):
     assert mon.last_healthy_step([20, 40, 100, 107, 108, 120]) == 107
     assert mon.last_healthy_step([108, 120]) is None
     mon.close()
+
+
+def test_a_mini_batch_cap_holds_against_a_later_raise():
+    """The staleness fix is a cap: the monitor's view lowers the knob to it at once and
+    keeps it there when something (an incident, a request) raises it again."""
+    capped = apply_to_controls({**CONTROLS, "mini_batches": 8}, "set_mini_batches_cap", {"n": 4})
+    assert (capped["mini_batches"], capped["mini_batches_cap"]) == (4, 4)
+    raised = apply_to_controls(capped, "set_mini_batches", {"n": 8})
+    assert raised["mini_batches"] == 4
+    assert apply_to_controls(capped, "set_mini_batches", {"n": 2})["mini_batches"] == 2

@@ -167,6 +167,7 @@ def controls_from_data(data: dict[str, Any]) -> Controls:
         routing_replay=data["routing_replay"],
         lr_scale=float(data["lr_scale"]),
         lr_cap=data.get("lr_cap"),
+        mini_batches_cap=data.get("mini_batches_cap"),
     )
 
 
@@ -179,4 +180,5 @@ def _controls_to_data(controls: Controls) -> dict[str, Any]:
         "routing_replay": controls.routing_replay,
         "lr_scale": controls.lr_scale,
         "lr_cap": controls.lr_cap,
+        "mini_batches_cap": controls.mini_batches_cap,
     }

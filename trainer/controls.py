@@ -34,6 +34,9 @@ class Controls:
     lr_scale: float = 1.0
     lr_cap: float | None = None
     """The learning rate never exceeds this, whatever the schedule (set by remediation)."""
+    mini_batches_cap: int | None = None
+    """The mini-batches per rollout never exceed this, whatever sets them later (an
+    incident, a request): a staleness fix that holds (set by remediation)."""
 
     def for_monitor(self, base_lr: float, moe: bool) -> dict[str, Any]:
         """The `controls` dict the remediation policy reasons about (Monitor's keys)."""
@@ -51,6 +54,7 @@ class Controls:
             "length_norm": c.length_norm,
             "lr": base_lr * self.lr_scale,
             "lr_cap": self.lr_cap,
+            "mini_batches_cap": self.mini_batches_cap,
             "moe": moe,
         }
 
@@ -103,8 +107,11 @@ def apply_action(
             loss[_LOSS_FIELDS[knob]] = tuple(value) if knob == "is_band" else value
         elif how == "scale":  # lr, the one scaled knob: Controls keeps its scale
             run["lr_scale"] = controls.lr_scale * value
-        else:  # mini_batches, routing_replay
+        else:  # mini_batches, mini_batches_cap, routing_replay
             run[knob] = value
+    cap = run.get("mini_batches_cap", controls.mini_batches_cap)
+    if cap is not None:
+        run["mini_batches"] = min(run.get("mini_batches", controls.mini_batches), cap)
     if loss:
         try:
             run["loss"] = dataclasses.replace(controls.loss, **loss)  # re-validated
@@ -123,7 +130,7 @@ def _check_applicable(
         raise Rejected("variant 'reinforce' applies no IS policy")
     if kind == "set_routing_replay" and p["mode"] != "none" and not moe:
         raise Rejected(f"routing replay {p['mode']} needs an MoE policy; this one is dense")
-    if kind == "set_mini_batches" and prompts_per_step % p["n"]:
+    if kind in ("set_mini_batches", "set_mini_batches_cap") and prompts_per_step % p["n"]:
         raise Rejected(
             f"{p['n']} mini-batches do not divide the {prompts_per_step} prompt groups of a step"
         )
