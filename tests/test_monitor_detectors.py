@@ -245,6 +245,25 @@ def test_the_default_mismatch_rule_flags_an_fp4_switch_and_blames_the_factor():
     assert alert.factor == "train_inference" and alert.baseline == pytest.approx(1e-3, rel=0.2)
 
 
+def test_clipping_switched_off_is_a_staleness_precursor_a_benign_fall_is_not():
+    """The clip rule stops acting (the masked share drops to exactly 0) on an off-policy
+    run: `clip_stop` fires on the third point of a 3-median at 0 and blames staleness; a
+    fall to a third (fewer mini-batches) is below its tenfold fold; on-policy zeros
+    (mask_frac 0 since step 0) are the healthy test above."""
+    s = healthy(200, seed=6, on_policy=False)
+    for row in s[120:]:
+        row["staleness/mask_frac"] = 0.0  # clipping switched off at step 120
+    ev = run(s, only="clip_stop")
+    assert fired(ev) == [(123, "warning")]  # median of the last 3 at 0 from 121: 121-123
+    alert = ev[0][1]
+    assert alert.factor == "staleness" and alert.baseline == pytest.approx(0.02, rel=0.2)
+    third = healthy(200, seed=6, on_policy=False)
+    for row in third[120:]:
+        row["staleness/mask_frac"] /= 3
+    assert fired(run(third, only="clip_stop")) == []
+    assert fired(run(third, only="clip_frac")) == []
+
+
 # ---------------------------------------------------------------------------- level rule
 def test_level_rule_is_info_persists_and_clears_with_hysteresis():
     rule = LevelRule("x/m", "train_inference", "high", 1.0, "see", persist=3, clear_after=2)

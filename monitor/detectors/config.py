@@ -247,6 +247,13 @@ class DetectorsConfig:
         "staleness/mask_frac", "staleness", "up", R_STALE, floor=1e-3, min_change=3.0
     )
     """Share of tokens masked by the clip rule (verl's pg_clipfrac, TRL's clip_ratio)."""
+    clip_stop: ChangeRule = ChangeRule(
+        "staleness/mask_frac", "staleness", "down", R_STALE, floor=1e-5, min_change=10.0
+    )
+    """The clip rule stopped acting: the masked share fell tenfold or more, to (nearly)
+    zero, on a run whose updates it used to mask (clipping switched off, or ε widened,
+    on an off-policy run: the trust region is gone before any ratio has moved). A run
+    that becomes on-policy shows this too; a benign fall (fewer mini-batches) is ~2-4×."""
     routing_train_infer: ChangeRule = ChangeRule(
         "routing/mismatch_train_infer", "routing", "up", R_ROUTING, floor=1e-3, min_change=3.0
     )
