@@ -39,12 +39,10 @@ from monitor.reader import RunReader
 DATA = REPO / "bench" / "data"
 TUNING_SEEDS = (0, 4)
 """Lab seeds whose runs chose the defaults; every other seed is in the report set."""
-FRESH_SEEDS = (5, 6, 7, 8, 9, 10, 11, 12, 13, 14)
-"""Report seeds first run after the defaults were frozen and seeds 1-3 had been scored
-(5-6, then 7-8, 9-10, 11-12 and 13-14): the part of the report set nobody could have
-looked at before the defaults were set."""
-NEWEST_SEEDS = (9, 10, 11, 12, 13, 14)
-"""Report seeds run last, after the results of all the others had been published."""
+UNSEEN_SEEDS = (15, 16)
+"""Report seeds first run after the last change to the defaults (the `clip_stop` rule,
+added once seeds 0-14 had been scored): the only lab seeds that nothing in the current
+defaults, rule or threshold, could have been fitted to."""
 Stream = list[tuple[int, dict[str, float]]]
 Label = Literal["collapse", "stable", "survived"]
 

@@ -6,7 +6,7 @@ import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from bench.detection.corpus import FRESH_SEEDS, NEWEST_SEEDS
+from bench.detection.corpus import UNSEEN_SEEDS
 from bench.detection.score import LEAD_GOAL, MEDIAN_LEAD_GOAL, RunScore, Summary, summarise
 
 MONITORS = ("ours", "rlwatch")
@@ -79,21 +79,20 @@ def write(scores: dict[str, list[RunScore]], command: str, out: Path, notes: Seq
         group: {m: report_runs(m, lambda r, g=group: r.run.startswith(g + "/")) for m in MONITORS}
         for group in ("lab", "real")
     }
-    fresh = {m: report_runs(m, lambda r: _seed(r) in FRESH_SEEDS) for m in MONITORS}
-    newest = {m: report_runs(m, lambda r: _seed(r) in NEWEST_SEEDS) for m in MONITORS}
+    unseen = {m: report_runs(m, lambda r: _seed(r) in UNSEEN_SEEDS) for m in MONITORS}
     lab_seeds = sorted({k for r in scores["ours"] if r.split == "report" and (k := _seed(r)) >= 0})
     counts = {
         label: sum(r.label == label for r in scores["ours"])
         for label in ("collapse", "stable", "survived")
     }
     lines = [
-        "# Detection benchmark: our default detectors vs rlwatch, on runs never used for tuning",
+        "# Detection benchmark: our default detectors vs rlwatch, on labelled runs",
         "",
         f"Command: `{command}`. Runs: {len(scores['ours'])} ({counts['collapse']} collapsing, "
         f"{counts['stable']} stable, {counts['survived']} with an incident that did not "
         "collapse). Both monitors read the same streams step by step, with their defaults.",
         "",
-        "## Report set (never used for tuning)",
+        "## Report set (every run outside the tuning set)",
         "",
         *summary_table(by_split["report"]),
         "",
@@ -107,16 +106,10 @@ def write(scores: dict[str, list[RunScore]], command: str, out: Path, notes: Seq
         "",
         *summary_table(groups["lab"]),
         "",
-        f"Of which seeds {', '.join(map(str, FRESH_SEEDS))} alone, first run after the defaults "
-        "were frozen and the other report seeds had been scored (nothing could have been "
-        "fitted to them):",
+        f"Of which seeds {', '.join(map(str, UNSEEN_SEEDS))} alone, first run after the last "
+        "change to the defaults (nothing in them could have been fitted to these runs):",
         "",
-        *summary_table(fresh),
-        "",
-        f"Of which seeds {', '.join(map(str, NEWEST_SEEDS))} alone, run last, after every "
-        "number of the other seeds had been published:",
-        "",
-        *summary_table(newest),
+        *summary_table(unseen),
         "",
         "Public logs of other trainers (bench/data/real/SOURCES.md):",
         "",
@@ -141,7 +134,7 @@ def write(scores: dict[str, list[RunScore]], command: str, out: Path, notes: Seq
         "report": {m: by_split["report"][m].as_json() for m in MONITORS},
         "tune": {m: by_split["tune"][m].as_json() for m in MONITORS},
         "report_by_source": {g: {m: s.as_json() for m, s in v.items()} for g, v in groups.items()},
-        "report_fresh_seeds": {m: s.as_json() for m, s in fresh.items()},
+        "report_unseen_seeds": {m: s.as_json() for m, s in unseen.items()},
         "runs": {m: [vars(r) for r in scores[m]] for m in MONITORS},
     }
     out.with_suffix(".json").write_text(json.dumps(obj, indent=1) + "\n")
