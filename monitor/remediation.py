@@ -233,7 +233,15 @@ class RemediationPolicy:
             drafts += self.fix(blamed, controls, [*open_alerts, *eligible])
         for a in eligible:
             if a.severity == "warning" and a.factor in PRECURSOR_FACTORS:
-                drafts += self.settle(a, controls)
+                settled = self.settle(a, controls)
+                if not settled and a.factor == "staleness" and _applied(history, STALENESS_FIXES):
+                    # the fix did not hold: staleness rose again after clipping came back
+                    # (or after fewer mini-batches), so take the recipe's next step
+                    why = (
+                        f"{a.detector} ({a.severity}): {a.message} → the staleness fix did not hold"
+                    )
+                    settled = self._next_step(a, controls, open_alerts, why)
+                drafts += settled
         return self._within_limits(step, drafts, history)
 
     @staticmethod
@@ -283,6 +291,14 @@ def _drifts_across_mini_batches(alert: Alert, context: Sequence[Alert]) -> bool:
     routing = [a for a in (alert, *context) if a.factor == "routing" and a.severity != "critical"]
     first = min(routing, key=lambda a: (a.step, a.id), default=None)
     return first is not None and first.metric == "routing/mismatch_stale"
+
+
+STALENESS_FIXES = ("set_clip", "set_mini_batches_cap")
+
+
+def _applied(history: Sequence[Action], kinds: tuple[str, ...]) -> bool:
+    """The policy has already applied one of `kinds` in this run."""
+    return any(a.kind in kinds and a.source == "policy" and a.status == "applied" for a in history)
 
 
 def _is_off(controls: Mapping[str, Any]) -> bool:

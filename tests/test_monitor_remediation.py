@@ -365,3 +365,25 @@ def test_a_mini_batch_cap_holds_against_a_later_raise():
     raised = apply_to_controls(capped, "set_mini_batches", {"n": 8})
     assert raised["mini_batches"] == 4
     assert apply_to_controls(capped, "set_mini_batches", {"n": 2})["mini_batches"] == 2
+
+
+def test_a_staleness_fix_that_did_not_hold_takes_the_next_step_on_a_warning():
+    """Clipping came back (or the mini-batches were capped) and staleness rose again: the
+    next precursor caps the mini-batches at half. Without an earlier staleness fix, or
+    after one by an operator, a warning on a run in the recommended setting changes
+    nothing; an on-policy run has no mini-batches to cut."""
+    s = alert("staleness_kl", "staleness", step=60)
+    four = with_(mini_batches=4)
+    assert decide([s], four, history=[past("set_clip", 43)], step=60)[0] == [
+        ("set_mini_batches_cap", {"n": 2})
+    ]
+    assert decide([s], four, history=[past("set_mini_batches_cap", 43)], step=60)[0] == [
+        ("set_mini_batches_cap", {"n": 2})
+    ]
+    assert decide([s], four, step=60)[0] == []
+    assert decide([s], four, history=[past("set_clip", 43, source="dashboard")], step=60)[0] == []
+    assert decide([s], four, history=[past("set_is_correction", 43)], step=60)[0] == []
+    assert decide([s], with_(mini_batches=1), history=[past("set_clip", 43)], step=60)[0] == []
+    # the limits hold: a cap 10 steps ago is still cooling down
+    kinds, skipped = decide([s], four, history=[past("set_mini_batches_cap", 50)], step=60)
+    assert kinds == [] and "cooldown" in skipped[0]["why"]
