@@ -26,7 +26,10 @@ cannot undo it.
 
 A fix that did not hold — another breakdown after it — escalates: the next critical
 finds the run in the changed setting and takes the next step of the same recipe (a
-tighter cap, IcePop, fewer mini-batches, a lower cap). The policy is a pure function of
+tighter cap, IcePop, fewer mini-batches, a lower cap). Staleness escalates earlier: a
+staleness precursor after the policy's own clipping or mini-batch fix means the fix did
+not hold, and caps the mini-batches at half without waiting for a breakdown (after
+`cooldown_steps`, like any second action of a kind). The policy is a pure function of
 its inputs (alerts, controls, the action history), so a resumed run keeps its limits: at
 most `max_attempts` automatic actions per kind (`max_rollbacks` rollbacks),
 `cooldown_steps` between two of a kind, never a duplicate of a pending action. It does
