@@ -159,11 +159,11 @@ def validate(kind: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
 
 # What each kind does to the run's controls (Monitor's keys: is_policy, is_cap, is_band,
 # clip, eps_low, eps_high, routing_replay, mini_batches, mini_batches_cap, length_norm,
-# lr, lr_cap): one
-# (knob, param, how) per knob it moves. how: "set" the knob to the param's value,
-# "scale" the knob by it, or a mapping from the param's value to the knob's. An optional
-# param that is absent moves nothing. The one interpreter of actions: the monitor's view
-# (`apply_to_controls`) and the trainer (trainer/controls.py) both read `moves`.
+# lr, lr_cap): one (knob, param, how) per knob it moves. how: "set" the knob to the
+# param's value, "scale" the knob by it, or a mapping from the param's value to the
+# knob's. An optional param that is absent moves nothing. The one interpreter of actions:
+# the monitor's view (`apply_to_controls`) and the trainer (trainer/controls.py) both read
+# `moves`; a mini-batch cap also lowers the knob it caps, in both.
 EFFECTS: dict[str, tuple[tuple[str, str, Any], ...]] = {
     "set_is_correction": (
         ("is_policy", "enabled", {True: "token_tis", False: "none"}),
@@ -212,10 +212,10 @@ def apply_to_controls(controls: Mapping[str, Any], kind: str, params: Mapping[st
             out[knob] = value
         elif out.get(knob) is not None:
             out[knob] = float(out[knob]) * value
-    return hold_caps(out)
+    return _hold_caps(out)
 
 
-def hold_caps(controls: dict) -> dict:
+def _hold_caps(controls: dict) -> dict:
     """A cap holds whatever sets the knob later (a schedule, an incident, a request): the
     mini-batches per rollout never exceed `mini_batches_cap` (the lr's cap is applied by
     the trainer's schedule, which owns the lr)."""
