@@ -60,7 +60,7 @@ class RemediationPolicy:
     # ------------------------------------------------------------------ the recipes
     def settle(self, alert: Alert, controls: Mapping[str, Any]) -> list[ActionDraft]:
         """A precursor's action: back to a recommended setting the run is not in, or none."""
-        c, why = self.cfg, f"{alert.detector} ({alert.severity}): {alert.message}"
+        c, why = self.cfg, _heading(alert)
         mini = int(controls.get("mini_batches", 1))
         if controls.get("length_norm", False):
             return [
@@ -109,7 +109,7 @@ class RemediationPolicy:
         (`context`: the other open alerts, e.g. a rising lr's baseline). A run out of the
         recommended setting is put back first; a staleness breakdown also takes the
         recipe's next step (fewer mini-batches): clipping alone does not undo 8×."""
-        why = f"{alert.detector} ({alert.severity}): {alert.message}"
+        why = _heading(alert)
         settled = self.settle(alert, controls)
         if settled and alert.factor != "staleness":
             return settled
@@ -228,7 +228,7 @@ class RemediationPolicy:
                 _d(
                     "rollback",
                     {},
-                    f"{a.detector} (critical): {a.message} → breakdown: roll back to "
+                    f"{_heading(a)} → breakdown: roll back to "
                     "the last healthy checkpoint before the episode",
                     a,
                 )
@@ -240,9 +240,7 @@ class RemediationPolicy:
                 if not settled and a.factor == "staleness" and _applied(history, STALENESS_FIXES):
                     # the fix did not hold: staleness rose again after clipping came back
                     # (or after fewer mini-batches), so take the recipe's next step
-                    why = (
-                        f"{a.detector} ({a.severity}): {a.message} → the staleness fix did not hold"
-                    )
+                    why = f"{_heading(a)} → the staleness fix did not hold"
                     settled = self._next_step(a, controls, open_alerts, why)
                 drafts += settled
         return self._within_limits(step, drafts, history)
@@ -302,6 +300,11 @@ STALENESS_FIXES = ("set_clip", "set_mini_batches_cap")
 def _applied(history: Sequence[Action], kinds: tuple[str, ...]) -> bool:
     """The policy has already applied one of `kinds` in this run."""
     return any(a.kind in kinds and a.source == "policy" and a.status == "applied" for a in history)
+
+
+def _heading(alert: Alert) -> str:
+    """How an action's reason names the alert it answers: detector, severity, message."""
+    return f"{alert.detector} ({alert.severity}): {alert.message}"
 
 
 def _is_off(controls: Mapping[str, Any]) -> bool:
