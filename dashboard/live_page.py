@@ -98,6 +98,7 @@ SECTIONS: dict[str, tuple[Panel, ...]] = {
         Panel("Staleness ratio r = π_θ/π_old",
               ("staleness/ratio_max", "staleness/ratio_mean", "staleness/ratio_min")),
         Panel("Masked share and staleness KL", ("staleness/mask_frac", "staleness/kl_k3")),
+        Panel("Mini-batches per rollout (updates from one rollout)", ("staleness/mini_batches",)),
     ),
     "Routing": (
         Panel("Routing mismatch (share of token×layer top-k sets differing)",

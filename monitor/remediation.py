@@ -14,14 +14,17 @@ Two tiers, from the paper's recipes (arXiv 2512.01374):
 | blamed factor | fix |
 |---|---|
 | train_inference | IS on; if on, tighten the TIS cap (×0.5, down to 2), then IcePop [0.5, 5] |
-| staleness | clipping on if off, and cap the mini-batches per rollout at half (held) |
+| staleness | clipping on if off, and cap the mini-batches per rollout (held): at their |
+| | number before they rose, when they rose; else at half |
 | routing | off-policy: R2 at ≤ 2 mini-batches, else R3 (R2 → R3); then, by the metric: |
 | | drift across mini-batches → the staleness fix; training vs inference → the IS fix |
 | approximation | length norm off, else IS on, else clipping on, else fewer mini-batches |
 | optimisation | cap the learning rate at half its pre-episode value for the rest of the run |
 
-A cause that persists is held off: the lr cap and the mini-batch cap last for the rest of
-the run, so a schedule or a scripted change that raises the knob again after the fix
+An outcome alert (reward or held-out accuracy falling) is fixed for the precursor that
+opened first, a setting that moved (the lr, the mini-batches per rollout) before any
+symptom. A cause that persists is held off: the lr cap and the mini-batch cap last for
+the rest of the run, so a schedule or a scripted change that raises the knob again after the fix
 cannot undo it.
 
 A fix that did not hold — another breakdown after it — escalates: the next critical
@@ -44,6 +47,7 @@ from typing import Any
 
 from monitor.actions import apply_to_controls
 from monitor.config import RemediationConfig
+from monitor.detectors.config import SETTINGS
 from monitor.records import Action, ActionDraft, Alert, severity_rank
 
 PRECURSOR_FACTORS = ("train_inference", "staleness", "routing", "approximation", "optimisation")
@@ -144,15 +148,7 @@ class RemediationPolicy:
                 )
             ]
         if alert.factor in ("staleness", "approximation") and mini > 1:
-            return [
-                _d(
-                    "set_mini_batches_cap",
-                    {"n": mini // 2},
-                    f"{why} → halve the mini-batches per rollout {mini} → {mini // 2} and "
-                    "hold them there for the rest of the run",
-                    alert,
-                )
-            ]
+            return [self._fewer_mini_batches(alert, mini, context, why)]
         if alert.factor == "routing":
             if mini > 1 and controls.get("routing_replay") == "R2":
                 return [
@@ -172,6 +168,24 @@ class RemediationPolicy:
             return [self._lower_lr(alert, controls, context, why)]
         return []
 
+    def _fewer_mini_batches(
+        self, alert: Alert, mini: int, context: Sequence[Alert], why: str
+    ) -> ActionDraft:
+        """Cap the mini-batches per rollout at their pre-episode number (the baseline of a
+        rising-setting alert, when they rose) or else at half the current one; held."""
+        rose = _pre_episode(alert, context, "staleness/mini_batches")
+        if rose is not None and 1 <= int(rose) < mini:
+            n, how = int(rose), f"back to {int(rose)}, the number before they rose"
+        else:
+            n, how = mini // 2, "halved"
+        return _d(
+            "set_mini_batches_cap",
+            {"n": n},
+            f"{why} → fewer mini-batches per rollout, {mini} → {n} ({how}), held for "
+            "the rest of the run",
+            alert,
+        )
+
     def _lower_lr(
         self, alert: Alert, controls: Mapping[str, Any], context: Sequence[Alert], why: str
     ) -> ActionDraft:
@@ -179,10 +193,9 @@ class RemediationPolicy:
         alert, this one or an open one, else the current lr; a cap already set is
         lowered from)."""
         c = self.cfg
-        lr = controls.get("lr")
-        rising = next((a for a in (alert, *context) if a.metric == "optim/lr"), None)
-        if rising is not None and rising.baseline == rising.baseline:  # not NaN
-            lr = rising.baseline
+        lr = _pre_episode(alert, context, "optim/lr")
+        if lr is None:
+            lr = controls.get("lr")
         if controls.get("lr_cap") is not None:
             lr = min(float(lr), float(controls["lr_cap"])) if lr is not None else None
         if lr is None:
@@ -253,7 +266,7 @@ class RemediationPolicy:
             return alert
         first = sorted(
             (o for o in open_alerts if o.factor in PRECURSOR_FACTORS and o.severity != "info"),
-            key=lambda o: (o.step, o.id),
+            key=lambda o: (o.metric not in SETTINGS, o.step, o.id),  # a setting that moved
         )
         return first[0] if first else replace(alert, factor="optimisation")
 
@@ -292,6 +305,15 @@ def _drifts_across_mini_batches(alert: Alert, context: Sequence[Alert]) -> bool:
     routing = [a for a in (alert, *context) if a.factor == "routing" and a.severity != "critical"]
     first = min(routing, key=lambda a: (a.step, a.id), default=None)
     return first is not None and first.metric == "routing/mismatch_stale"
+
+
+def _pre_episode(alert: Alert, context: Sequence[Alert], setting: str) -> float | None:
+    """The value `setting` had before it rose: the baseline of its rising alert (this
+    one or an open one), or None when it did not rise."""
+    rising = next((a for a in (alert, *context) if a.metric == setting), None)
+    if rising is None or rising.baseline != rising.baseline:  # absent or NaN
+        return None
+    return float(rising.baseline)
 
 
 STALENESS_FIXES = ("set_clip", "set_mini_batches_cap")

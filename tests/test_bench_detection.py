@@ -14,7 +14,7 @@ import pytest
 from bench.detection import corpus, monitors
 from bench.detection.score import LEAD_GOAL, RunScore, score_run, summarise
 from bench.remediation import Arm, Pair, judge, read_arm
-from monitor import Monitor
+from monitor import Monitor, RunReader
 
 
 def _stream(n: int, collapse_at: int | None, shift_at: int | None, seed: int = 0):
@@ -69,7 +69,7 @@ def test_scores_follow_the_written_definitions():
 
 
 def test_a_lab_run_store_exports_and_loads_back(tmp_path):
-    mon = Monitor(tmp_path / "run")
+    mon = Monitor(tmp_path / "run", config={"train": {"mini_batches": 2}})
     for step, values in _stream(60, None, None):
         if step == 30:
             mon.event("incident", {"kind": "set_mini_batches", "params": {"n": 8}, "note": "x"})
@@ -85,6 +85,28 @@ def test_a_lab_run_store_exports_and_loads_back(tmp_path):
     assert run.stream[7][1]["reward/acc"] == pytest.approx(
         _stream(60, None, None)[7][1]["reward/acc"]
     )
+    # a store from before the trainer logged the mini-batches: from config and incidents
+    mini = [row[corpus.MINI_BATCHES] for _, row in run.stream]
+    assert mini[:30] == [2.0] * 30 and mini[30:] == [8.0] * 30
+
+
+def test_the_derived_mini_batches_are_what_the_trainer_logs(tiny_config):
+    from trainer.run import train
+
+    n = {"n": 1}
+    cfg = tiny_config(
+        train={
+            "steps": 3,
+            "mini_batches": 2,
+            "incidents": [{"step": 2, "kind": "set_mini_batches", "params": n, "note": "x"}],
+        }
+    )
+    train(cfg, progress=False)
+    with RunReader(cfg.resolved_run_dir) as reader:
+        steps, logged = reader.scalars([corpus.MINI_BATCHES])[corpus.MINI_BATCHES]
+        incidents = [{"step": (e.step or 0) + 1, **e.detail} for e in reader.events("incident")]
+    derived = [corpus.mini_batches_at(s, 2, incidents) for s in steps.tolist()]
+    assert logged.tolist() == derived == [2.0, 1.0, 1.0]
 
 
 def test_remediation_pairs_are_judged_by_outcome_and_twin():

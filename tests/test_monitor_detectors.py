@@ -264,6 +264,32 @@ def test_clipping_switched_off_is_a_staleness_precursor_a_benign_fall_is_not():
     assert fired(run(third, only="clip_frac")) == []
 
 
+def test_more_mini_batches_per_rollout_is_a_staleness_setting_that_moved():
+    """2 → 4 updates per rollout at step 120: `mini_batches_rise` fires on the third
+    point of a 3-median at 4 with the baseline 2; a constant 4 from step 0 (a run
+    configured off-policy) and a fall to 1 (fewer mini-batches) raise nothing."""
+    s = healthy(200, seed=6, on_policy=False)
+    for i, row in enumerate(s):
+        row["staleness/mini_batches"] = 4.0 if i >= 120 else 2.0
+    ev = run(s, only="mini_batches_rise")
+    assert fired(ev) == [(123, "warning")]  # the median of the last 3 is 4 from 121
+    alert = ev[0][1]
+    assert (alert.factor, alert.baseline, alert.value) == ("staleness", 2.0, 4.0)
+    for rows, values in ((s, lambda i: 4.0), (s, lambda i: 1.0 if i >= 120 else 2.0)):
+        for i, row in enumerate(rows):
+            row["staleness/mini_batches"] = values(i)
+        assert fired(run(rows, only="mini_batches_rise")) == []
+
+
+def test_a_breakdown_blames_a_setting_that_moved_over_a_symptom_that_moved_first():
+    s = _precursors()  # staleness KL and mask share ×30 from step 80: warnings at 83
+    for i, row in enumerate(s):
+        row["routing/mismatch_stale"] *= 10 if i >= 77 else 1  # a symptom, 2 steps earlier
+        row["staleness/mini_batches"] = 8.0 if i >= 79 else 2.0  # the setting, later
+    crit = [x for _, x in run(s) if isinstance(x, AlertDraft) and x.detector == "breakdown"]
+    assert crit and "staleness is the cause (mini_batches_rise" in crit[0].message
+
+
 # ---------------------------------------------------------------------------- level rule
 def test_level_rule_is_info_persists_and_clears_with_hysteresis():
     rule = LevelRule("x/m", "train_inference", "high", 1.0, "see", persist=3, clear_after=2)

@@ -172,6 +172,37 @@ def test_an_optimisation_breakdown_caps_the_lr_at_half_its_pre_episode_value():
     assert kinds == [("rollback", {}), ("set_lr_cap", {"lr": 2e-4})]
 
 
+def test_a_staleness_breakdown_after_more_mini_batches_caps_them_where_they_were():
+    rose = make_alert(
+        detector="mini_batches_rise",
+        metric="staleness/mini_batches",
+        value=8.0,
+        baseline=2.0,
+        factor="staleness",
+        message="mini-batches rose",
+        id=5,
+        step=43,
+    )
+    st = crit("staleness", step=57, id=6)
+    rollback = ("rollback", {})
+    eight = with_(mini_batches=8)
+    assert decide([st], eight, open_alerts=[rose])[0] == [
+        rollback,
+        ("set_mini_batches_cap", {"n": 2}),  # back to the 2 before they rose, not 8 // 2
+    ]
+    assert decide([st], eight)[0] == [rollback, ("set_mini_batches_cap", {"n": 4})]
+    # already at (or below) the number before the rise: halve
+    assert decide([st], with_(mini_batches=2), open_alerts=[rose])[0] == [
+        rollback,
+        ("set_mini_batches_cap", {"n": 1}),
+    ]
+    # an outcome alert is fixed for the setting that moved, though a symptom opened first
+    early_routing = alert("routing_stale", "routing", step=3, id=1)
+    crash = crit("outcome", "reward_collapse", step=60, id=7)
+    kinds, _ = decide([crash], eight, open_alerts=[early_routing, rose])
+    assert kinds == [rollback, ("set_mini_batches_cap", {"n": 2})]
+
+
 def test_outcome_and_nonfinite_alerts_fix_the_precursor_that_opened_first():
     early_routing = alert("routing_stale", "routing", step=3, id=1)
     later_is = alert("mismatch_kl", "train_inference", step=7, id=2)

@@ -43,6 +43,7 @@ EVERY_STEP = {
     "optim/loss",
     "optim/grad_norm",
     "optim/lr",
+    "staleness/mini_batches",
     "perf/step_s",
     "perf/rollout_s",
     "perf/train_s",
@@ -257,6 +258,7 @@ def test_actions_from_outside_are_applied_or_rejected_with_a_reason(tiny_config,
     # one mini-batch from step 2 on: on-policy, r_t = 1 exactly
     _, r_max = _series(cfg.resolved_run_dir, "staleness/ratio_max")
     assert r_max[0] > 1.0 and r_max[1] == 1.0 and r_max[2] == 1.0
+    assert _series(cfg.resolved_run_dir, "staleness/mini_batches")[1] == [2.0, 1.0, 1.0]
     controls = reader.meta().controls
     assert controls["routing_replay"] == "R2" and controls["is_policy"] == "icepop"
 

@@ -204,6 +204,7 @@ def _updates(
     stats = _merge_minibatch_stats(mb_stats)
     stats["optim/grad_norm"] = max(o["optim/grad_norm"] for o in optim)
     stats["optim/lr"] = optim[-1]["optim/lr"]
+    stats["staleness/mini_batches"] = float(mbs)  # the off-policy degree: a setting, like the lr
     return Updates(stats, log_r, routing_now, cosine)
 
 

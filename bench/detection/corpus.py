@@ -123,12 +123,17 @@ def export_lab_run(run_dir: Path, out: Path, config: str, seed: int) -> None:
     with RunReader(run_dir) as reader, reader.snapshot():
         series = reader.scalars(reader.metric_names())
         incidents = [{"step": (e.step or 0) + 1, **e.detail} for e in reader.events("incident")]
+        configured = reader.meta().config.get("train", {}).get("mini_batches")
+        acted = [a.kind for a in reader.actions() if a.status == "applied"]
     steps: dict[int, dict[str, float]] = {}
     for name, (s, v) in series.items():
         if name.startswith("perf/"):
             continue
         for step, value in zip(s.tolist(), v.tolist(), strict=True):
             steps.setdefault(step, {})[name] = value
+    if MINI_BATCHES not in series and configured is not None and not acted:
+        for step, row in steps.items():
+            row[MINI_BATCHES] = mini_batches_at(step, int(configured), incidents)
     header = {"config": config, "seed": seed, "incidents": incidents}
     out.parent.mkdir(parents=True, exist_ok=True)
     with gzip.open(out, "wt") as f:
@@ -136,6 +141,21 @@ def export_lab_run(run_dir: Path, out: Path, config: str, seed: int) -> None:
         for step in sorted(steps):
             row = {k: (v if math.isfinite(v) else str(v)) for k, v in steps[step].items()}
             f.write(json.dumps({"step": step, **row}, sort_keys=True) + "\n")
+
+
+MINI_BATCHES = "staleness/mini_batches"
+
+
+def mini_batches_at(step: int, configured: int, incidents: list[dict[str, Any]]) -> float:
+    """The mini-batches per rollout a run without actions used at `step`: its config's,
+    as changed by the scripted incidents applied up to then. Runs recorded before the
+    trainer logged `staleness/mini_batches` get it from here, the value it now logs
+    (tests/test_bench_detection.py checks the two agree on a run that logs it)."""
+    n = configured
+    for i in sorted(incidents, key=lambda i: i["step"]):
+        if i["kind"] == "set_mini_batches" and i["step"] <= step:
+            n = int(i["params"]["n"])
+    return float(n)
 
 
 def lab_runs(folder: Path = DATA / "lab") -> list[Run]:

@@ -57,6 +57,12 @@ R_COLLAPSE = (
 )
 
 
+SETTINGS = ("optim/lr", "staleness/mini_batches")
+"""Metrics that are settings of the run rather than symptoms: the learning rate and the
+off-policy degree (policy updates per rollout). One that moved is the cause of what
+follows it, and the knob to turn back."""
+
+
 # ---------------------------------------------------------------------------- rule types
 @dataclass(frozen=True)
 class LevelRule:
@@ -171,10 +177,11 @@ class BreakdownRule:
     precursor is open.
     """
 
-    causes: tuple[str, ...] = ("optim/lr",)
+    causes: tuple[str, ...] = SETTINGS
     """Metrics that are settings of the run rather than symptoms: when one of them is among
     the open precursors it is blamed, whatever moved first (a rising learning rate shows
-    up as staleness one update later, but lowering it is the fix)."""
+    up as staleness one update later, more mini-batches per rollout as routing drift and
+    a growing residual, but turning the setting back is the fix)."""
     min_signals: int = 3
     outcome_drop: float = 0.25
     horizon: int = 30
@@ -288,6 +295,12 @@ class DetectorsConfig:
     """The learning rate ≥ 1.2× its level after warm-up: a schedule that keeps raising it
     (the lr is deterministic, so its spread floor is 1 %; a warm-up schedule longer than
     the detectors' own warm-up shows here too, and the message says by how much)."""
+    mini_batches_rise: ChangeRule = ChangeRule(
+        "staleness/mini_batches", "staleness", "up", R_STALE, sigma_floor=0.01, min_change=1.5
+    )
+    """More policy updates per rollout than after warm-up (≥ 1.5×): the off-policy degree
+    rose, and with it the staleness r_t = π_θ/π_old of the later mini-batches (a setting,
+    exact like the lr: its spread floor is 1 %)."""
     # --- critical
     breakdown: BreakdownRule = BreakdownRule()
     """Joint evidence: several precursors at once, or one with the outcome falling."""
@@ -300,6 +313,7 @@ class DetectorsConfig:
 
 
 __all__ = [
+    "SETTINGS",
     "BreakdownRule",
     "ChangeRule",
     "DetectorsConfig",
