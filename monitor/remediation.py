@@ -24,19 +24,19 @@ Two tiers, from the paper's recipes (arXiv 2512.01374):
 An outcome alert (reward or held-out accuracy falling) is fixed for the precursor that
 opened first, a setting that moved (the lr, the mini-batches per rollout) before any
 symptom. A cause that persists is held off: the lr cap and the mini-batch cap last for
-the rest of the run, so a schedule or a scripted change that raises the knob again after the fix
-cannot undo it.
+the rest of the run, so a schedule or a scripted change that raises the knob again
+after the fix cannot undo it.
 
 A fix that did not hold — another breakdown after it — escalates: the next critical
 finds the run in the changed setting and takes the next step of the same recipe (a
 tighter cap, IcePop, fewer mini-batches, a lower cap). Staleness escalates earlier: a
 staleness precursor after the policy's own clipping or mini-batch fix means the fix did
-not hold, and caps the mini-batches at half without waiting for a breakdown (after
-`cooldown_steps`, like any second action of a kind). The policy is a pure function of
-its inputs (alerts, controls, the action history), so a resumed run keeps its limits: at
-most `max_attempts` automatic actions per kind (`max_rollbacks` rollbacks),
-`cooldown_steps` between two of a kind, never a duplicate of a pending action. It does
-not apply anything (the trainer does) nor store anything (Monitor does).
+not hold, and takes the next step (fewer mini-batches) without waiting for a breakdown
+(after `cooldown_steps`, like any second action of a kind). The policy is a pure
+function of its inputs (alerts, controls, the action history), so a resumed run keeps
+its limits: at most `max_attempts` automatic actions per kind (`max_rollbacks`
+rollbacks), `cooldown_steps` between two of a kind, never a duplicate of a pending
+action. It does not apply anything (the trainer does) nor store anything (Monitor does).
 """
 
 from __future__ import annotations
