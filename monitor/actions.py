@@ -163,7 +163,7 @@ def validate(kind: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
 # param's value, "scale" the knob by it, or a mapping from the param's value to the
 # knob's. An optional param that is absent moves nothing. The one interpreter of actions:
 # the monitor's view (`apply_to_controls`) and the trainer (trainer/controls.py) both read
-# `moves`; a mini-batch cap also lowers the knob it caps, in both.
+# `moves`, and both hold a mini-batch cap with `hold_caps`.
 EFFECTS: dict[str, tuple[tuple[str, str, Any], ...]] = {
     "set_is_correction": (
         ("is_policy", "enabled", {True: "token_tis", False: "none"}),
@@ -212,13 +212,13 @@ def apply_to_controls(controls: Mapping[str, Any], kind: str, params: Mapping[st
             out[knob] = value
         elif out.get(knob) is not None:
             out[knob] = float(out[knob]) * value
-    return _hold_caps(out)
+    return hold_caps(out)
 
 
-def _hold_caps(controls: dict) -> dict:
+def hold_caps(controls: dict) -> dict:
     """A cap holds whatever sets the knob later (a schedule, an incident, a request): the
     mini-batches per rollout never exceed `mini_batches_cap` (the lr's cap is applied by
-    the trainer's schedule, which owns the lr)."""
+    the trainer's schedule, which owns the lr). Changes `controls` in place, returns it."""
     cap = controls.get("mini_batches_cap")
     if cap is not None and controls.get("mini_batches") is not None:
         controls["mini_batches"] = min(int(controls["mini_batches"]), int(cap))

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from minirl.loss import LossConfig
 from minirl.routing import ReplayMode
-from monitor.actions import moves, validate
+from monitor.actions import hold_caps, moves, validate
 from monitor.errors import UserError
 
 
@@ -109,9 +109,13 @@ def apply_action(
             run["lr_scale"] = controls.lr_scale * value
         else:  # mini_batches, mini_batches_cap, routing_replay
             run[knob] = value
-    cap = run.get("mini_batches_cap", controls.mini_batches_cap)
-    if cap is not None:
-        run["mini_batches"] = min(run.get("mini_batches", controls.mini_batches), cap)
+    held = hold_caps(
+        {
+            "mini_batches": run.get("mini_batches", controls.mini_batches),
+            "mini_batches_cap": run.get("mini_batches_cap", controls.mini_batches_cap),
+        }
+    )
+    run["mini_batches"] = held["mini_batches"]
     if loss:
         try:
             run["loss"] = dataclasses.replace(controls.loss, **loss)  # re-validated

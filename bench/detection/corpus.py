@@ -124,7 +124,7 @@ def export_lab_run(run_dir: Path, out: Path, config: str, seed: int) -> None:
         series = reader.scalars(reader.metric_names())
         incidents = [{"step": (e.step or 0) + 1, **e.detail} for e in reader.events("incident")]
         configured = reader.meta().config.get("train", {}).get("mini_batches")
-        acted = [a.kind for a in reader.actions() if a.status == "applied"]
+        acted = any(a.status == "applied" for a in reader.actions())
     steps: dict[int, dict[str, float]] = {}
     for name, (s, v) in series.items():
         if name.startswith("perf/"):
