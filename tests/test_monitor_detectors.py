@@ -265,20 +265,45 @@ def test_clipping_switched_off_is_a_staleness_precursor_a_benign_fall_is_not():
 
 
 def test_more_mini_batches_per_rollout_is_a_staleness_setting_that_moved():
-    """2 → 4 updates per rollout at step 120: `mini_batches_rise` fires on the third
-    point of a 3-median at 4 with the baseline 2; a constant 4 from step 0 (a run
-    configured off-policy) and a fall to 1 (fewer mini-batches) raise nothing."""
+    """2 → 4 updates per rollout at step 120: `mini_batches_rise` fires at step 120
+    itself (a setting is exact: no median, no persistence) with the baseline 2; a rise
+    just short of the 1.5× fold, a constant 4 from step 0 (a run configured off-policy)
+    and a fall to 1 (fewer mini-batches) raise nothing."""
     s = healthy(200, seed=6, on_policy=False)
     for i, row in enumerate(s):
         row["staleness/mini_batches"] = 4.0 if i >= 120 else 2.0
     ev = run(s, only="mini_batches_rise")
-    assert fired(ev) == [(123, "warning")]  # the median of the last 3 is 4 from 121
+    assert fired(ev) == [(120, "warning")]
     alert = ev[0][1]
     assert (alert.factor, alert.baseline, alert.value) == ("staleness", 2.0, 4.0)
+    assert "rose to 4, 2× above its baseline 2" in alert.message
+    assert "median of the last" not in alert.message and "for 1 steps" not in alert.message
+    for i, row in enumerate(s):
+        row["staleness/mini_batches"] = 2.98 if i >= 120 else 2.0  # 1.49×
+    assert fired(run(s, only="mini_batches_rise")) == []
     for rows, values in ((s, lambda i: 4.0), (s, lambda i: 1.0 if i >= 120 else 2.0)):
         for i, row in enumerate(rows):
             row["staleness/mini_batches"] = values(i)
         assert fired(run(rows, only="mini_batches_rise")) == []
+
+
+def test_a_rising_learning_rate_is_flagged_the_step_it_rises():
+    """The lr ×1.25 at step 120 (a ramp's first step): `lr_rise` fires at 120 with the
+    pre-ramp lr as baseline; ×1.19 is under the 1.2× fold; a linear warm-up, short or
+    long (its baseline was never flat: a spread far above the 1 % floor), is not a ramp."""
+    s = healthy(200, seed=3)
+    for i, row in enumerate(s):
+        row["optim/lr"] = 2e-4 * (1.25 if i >= 120 else 1.0)
+    ev = run(s, only="lr_rise")
+    assert fired(ev) == [(120, "warning")]
+    assert ev[0][1].baseline == pytest.approx(2e-4) and ev[0][1].factor == "optimisation"
+    for i, row in enumerate(s):
+        row["optim/lr"] = 2e-4 * (1.19 if i >= 120 else 1.0)
+    assert fired(run(s, only="lr_rise")) == []
+    for warmup in (6, 100):
+        for i, row in enumerate(s):
+            row["optim/lr"] = 2e-4 * min(1.0, (i + 1) / warmup)  # linear warm-up
+        assert fired(run(s, only="lr_rise")) == []
 
 
 def test_a_breakdown_blames_a_setting_that_moved_over_a_symptom_that_moved_first():

@@ -21,7 +21,7 @@ import itertools
 from bench.detection import monitors
 from bench.detection.corpus import Run
 from bench.detection.score import Summary, score_run, summarise
-from monitor.detectors.config import ChangeRule, DetectorsConfig
+from monitor.detectors.config import SETTINGS, ChangeRule, DetectorsConfig
 
 GRID = {
     "z": (2.5, 3.0, 3.5, 4.0, 5.0),
@@ -45,18 +45,22 @@ def config_for(
     rules = {}
     for f in dataclasses.fields(base):
         rule = getattr(base, f.name)
-        if isinstance(rule, ChangeRule):
+        if isinstance(rule, ChangeRule) and rule.metric in SETTINGS:
+            # a setting is exact: the noise knobs (z, median, persistence, fold) do not
+            # apply; only the baseline's length, which is the run's warm-up, is shared
+            rules[f.name] = dataclasses.replace(
+                rule, min_baseline=baseline, warmup=(2 * baseline) // 3
+            )
+        elif isinstance(rule, ChangeRule):
             # the defaults carry the frozen fold: the grid scales each rule's unit change
             unit = rule.min_change / FROZEN["fold"]
             change = unit * fold if rule.scale == "log" else rule.min_change
-            if rule.metric == "optim/lr":  # a setting, not a noisy estimate: not scaled
-                change = rule.min_change
             rules[f.name] = dataclasses.replace(
                 rule,
                 z=z,
                 recent=recent,
                 persist=persist,
-                min_change=change if rule.metric == "optim/lr" else max(change, 1.25),
+                min_change=max(change, 1.25),
                 min_baseline=baseline,
                 warmup=(2 * baseline) // 3,
             )

@@ -100,6 +100,12 @@ class ChangeDetector:
             size = f"{fmt(change)}× {'above' if r.direction == 'up' else 'below'}"
         else:
             size = f"{fmt(change)} {'above' if r.direction == 'up' else 'below'}"
+        now = (
+            fmt(recent)
+            if len(self._recent) == 1
+            else f"{fmt(recent)} (median of the last {len(self._recent)}; now {fmt(x)})"
+        )
+        held = f" for {r.persist} steps" if r.persist > 1 else ""
         return AlertDraft(
             detector=self.name,
             severity="warning",
@@ -109,10 +115,8 @@ class ChangeDetector:
             window=n,
             factor=r.factor,
             message=(
-                f"{r.metric} {verb} to {fmt(recent)} (median of the last {len(self._recent)};"
-                f" now {fmt(x)}), {size} its baseline {fmt(base)} (median of {n} steps "
-                f"before step {step - r.gap}); robust z {z:.1f} ≥ {fmt(r.z)} for "
-                f"{r.persist} steps"
+                f"{r.metric} {verb} to {now}, {size} its baseline {fmt(base)} (median of "
+                f"{n} steps before step {step - r.gap}); robust z {z:.1f} ≥ {fmt(r.z)}{held}"
             ),
             remedy=r.remedy,
         )

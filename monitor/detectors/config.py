@@ -23,7 +23,7 @@ tuning, and on public logs of other trainers (bench/results/detection.md).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from monitor.records import Factor, Severity
 
@@ -199,6 +199,9 @@ class NonFiniteRule:
 
 
 # ---------------------------------------------------------------------------- the defaults
+_EXACT: dict[str, Any] = {"recent": 1, "persist": 1, "sigma_floor": 0.01}
+
+
 @dataclass(frozen=True)
 class DetectorsConfig:
     """One rule per detector; the field name is the detector's name in alerts."""
@@ -289,18 +292,21 @@ class DetectorsConfig:
         "response/len_mean", "optimisation", "up", R_OPTIM, floor=1.0, min_change=2.25
     )
     """Mean response length ≥ 1.5× its baseline (runaway generations)."""
+    # --- warning: a setting that moved (SETTINGS). A setting is exact, not a noisy
+    # estimate, so its change is known the step it happens: no median of the last points
+    # and no persistence (which guard the other rules against noise and would only delay
+    # this one by 3-5 steps, most of the lead before a fast collapse); spread floor 1 %.
     lr_rise: ChangeRule = ChangeRule(
-        "optim/lr", "optimisation", "up", R_OPTIM, sigma_floor=0.01, min_change=1.2
+        "optim/lr", "optimisation", "up", R_OPTIM, min_change=1.2, **_EXACT
     )
     """The learning rate ≥ 1.2× its level after warm-up: a schedule that keeps raising it
-    (the lr is deterministic, so its spread floor is 1 %; a warm-up schedule longer than
-    the detectors' own warm-up shows here too, and the message says by how much)."""
+    (a warm-up schedule longer than the detectors' own warm-up shows here too, and the
+    message says by how much)."""
     mini_batches_rise: ChangeRule = ChangeRule(
-        "staleness/mini_batches", "staleness", "up", R_STALE, sigma_floor=0.01, min_change=1.5
+        "staleness/mini_batches", "staleness", "up", R_STALE, min_change=1.5, **_EXACT
     )
     """More policy updates per rollout than after warm-up (≥ 1.5×): the off-policy degree
-    rose, and with it the staleness r_t = π_θ/π_old of the later mini-batches (a setting,
-    exact like the lr: its spread floor is 1 %)."""
+    rose, and with it the staleness r_t = π_θ/π_old of the later mini-batches."""
     # --- critical
     breakdown: BreakdownRule = BreakdownRule()
     """Joint evidence: several precursors at once, or one with the outcome falling."""
