@@ -86,7 +86,8 @@ class RemediationConfig:
     """A breakdown blamed on the optimisation caps the lr at this × its pre-episode value."""
     onset_margin: int = 5
     """A precursor alert opens a few steps after its signal started moving (persistence):
-    the healthy checkpoint of an episode is taken at least this many steps before it."""
+    the healthy checkpoint of an episode is taken at least this many steps before it (a
+    setting's alert, which is exact, opens at the step the setting moved: no margin)."""
     collapse_detectors: tuple[str, ...] = (
         "breakdown",
         "reward_collapse",

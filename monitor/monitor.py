@@ -29,6 +29,7 @@ from typing import Any, Literal, Protocol
 from monitor.actions import apply_to_controls
 from monitor.config import MonitorConfig
 from monitor.detectors import DetectorSet
+from monitor.detectors.config import SETTINGS
 from monitor.errors import UserError
 from monitor.histograms import bin_values, spec_for
 from monitor.records import Action, Alert, Cleared, Event
@@ -270,21 +271,27 @@ class Monitor:
 
     def last_healthy_step(self, candidates: Sequence[int]) -> int | None:
         """The latest of `candidates` (e.g. checkpoint steps) taken before the episode under
-        way began: the first step of any open warning or critical alert, less
-        `remediation.onset_margin` (an alert opens a few steps after its signal started
-        to move). Where a `rollback {}` without a step goes; None if every candidate is
-        at or after that."""
+        way began (`episode_start`). Where a `rollback {}` without a step goes; None if
+        every candidate is at or after that."""
         self._check_open()
         onset = self.episode_start()
         ok = [c for c in candidates if onset is None or c < onset]
         return max(ok) if ok else None
 
     def episode_start(self) -> int | None:
-        """Where the episode of the open warning/critical alerts began (None: no episode)."""
-        first = min(
-            (a.step for a in self.store.open_alerts() if a.severity != "info"), default=None
+        """Where the episode of the open warning/critical alerts began (None: no episode):
+        the first step of any, less `remediation.onset_margin` for a symptom (its alert
+        opens a few steps after the signal started to move); a setting that moved (the
+        lr, the mini-batches per rollout) is exact, so its alert's step is the start."""
+        margin = self.cfg.remediation.onset_margin
+        return min(
+            (
+                a.step - (0 if a.metric in SETTINGS else margin)
+                for a in self.store.open_alerts()
+                if a.severity != "info"
+            ),
+            default=None,
         )
-        return None if first is None else first - self.cfg.remediation.onset_margin
 
     def truncate_after(self, step: int) -> dict[str, int]:
         """Drop scalars, histograms and alerts of steps > `step`, record it as an event,

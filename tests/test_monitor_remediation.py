@@ -388,6 +388,19 @@ def test_last_healthy_checkpoint_is_before_the_first_open_alert(tmp_path):
     mon.close()
 
 
+def test_an_episode_begun_by_a_setting_starts_at_its_step(tmp_path):
+    """A setting's alert is exact (it opens the step the setting moved), so the episode
+    starts there, without the symptoms' onset margin: the checkpoint taken the step
+    before the rise is healthy, the one at the rise is not."""
+    mon = Monitor(tmp_path / "r", controls=CONTROLS)
+    for i in range(60):
+        mon.log(i, {**_healthy_step(i, 1e-3), "staleness/mini_batches": 8.0 if i >= 40 else 2.0})
+    assert [a.detector for a in mon.store.open_alerts()] == ["mini_batches_rise"]
+    assert mon.episode_start() == 40
+    assert mon.last_healthy_step([20, 30, 39, 40, 50]) == 39
+    mon.close()
+
+
 def test_a_mini_batch_cap_holds_against_a_later_raise():
     """The staleness fix is a cap: the monitor's view lowers the knob to it at once and
     keeps it there when something (an incident, a request) raises it again."""
