@@ -9,8 +9,10 @@ Severities mean something (they are what a user sees and what remediation acts o
   (training-inference ρ, staleness r, routing inside either, the first-order residual) or
   an optimisation signal (gradient norm, entropy, clip and truncation fractions) has moved
   against the run's *own* baseline, in the direction that precedes collapses, and stayed
-  there. Absolute levels warn only where the theory gives them a meaning (`LevelRule`
-  with severity warning: the share of tokens past the IS cap).
+  there. A setting of the run that moved (`SETTINGS`: the lr, the mini-batches per
+  rollout) is a precursor too, and the cause of what follows; being exact, it warns the
+  step it moves. Absolute levels warn only where the theory gives them a meaning
+  (`LevelRule` with severity warning: the share of tokens past the IS cap).
 - `critical`: a breakdown under way. Joint evidence (`BreakdownRule`: several precursors
   at once, or one with the outcome falling), the outcome itself falling hard
   (`DropRule`), or non-finite values (`NonFiniteRule`).
