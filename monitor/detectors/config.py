@@ -25,7 +25,7 @@ tuning, and on public logs of other trainers (bench/results/detection.md).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from monitor.records import Factor, Severity
 
@@ -201,9 +201,6 @@ class NonFiniteRule:
 
 
 # ---------------------------------------------------------------------------- the defaults
-_EXACT: dict[str, Any] = {"recent": 1, "persist": 1, "sigma_floor": 0.01}
-
-
 @dataclass(frozen=True)
 class DetectorsConfig:
     """One rule per detector; the field name is the detector's name in alerts."""
@@ -299,13 +296,27 @@ class DetectorsConfig:
     # and no persistence (which guard the other rules against noise and would only delay
     # this one by 3-5 steps, most of the lead before a fast collapse); spread floor 1 %.
     lr_rise: ChangeRule = ChangeRule(
-        "optim/lr", "optimisation", "up", R_OPTIM, min_change=1.2, **_EXACT
+        "optim/lr",
+        "optimisation",
+        "up",
+        R_OPTIM,
+        min_change=1.2,
+        recent=1,
+        persist=1,
+        sigma_floor=0.01,
     )
     """The learning rate ≥ 1.2× its level after warm-up: a schedule that keeps raising it
     (a warm-up schedule longer than the detectors' own warm-up shows here too, and the
     message says by how much)."""
     mini_batches_rise: ChangeRule = ChangeRule(
-        "staleness/mini_batches", "staleness", "up", R_STALE, min_change=1.5, **_EXACT
+        "staleness/mini_batches",
+        "staleness",
+        "up",
+        R_STALE,
+        min_change=1.5,
+        recent=1,
+        persist=1,
+        sigma_floor=0.01,
     )
     """More policy updates per rollout than after warm-up (≥ 1.5×): the off-policy degree
     rose, and with it the staleness r_t = π_θ/π_old of the later mini-batches."""
