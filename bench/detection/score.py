@@ -86,32 +86,37 @@ def score_run(run: Run, fired: list[Fired]) -> RunScore:
 
 @dataclass
 class Summary:
-    """What issue 13 asks per monitor and split (also the JSON object of results)."""
+    """What issue 13 asks per monitor and split (also the JSON object of results).
+
+    Attributes:
+        caught: collapses alerted at least LEAD_GOAL steps before their onset; `late`
+            were alerted with a smaller lead or after the onset, `missed` never.
+        leads: onset − first alert of the collapses alerted before their onset, sorted.
+        false_critical: stable runs with any critical alert (a false page).
+        stable_steps: steps of stable runs plus the healthy stretches of incident runs
+            (before their incident), over which `warnings_per_100_steps` is counted.
+        criticals_before_incident: incident runs with a critical alert before their
+            incident (a false page).
+        blame_known: collapses of a known, induced cause (lab incidents), of which
+            `blame_correct` blame the induced cause.
+        survived: incident runs that did not collapse (neither hits nor false alarms after
+            the incident); `survived_alerted` of them were alerted after it.
+    """
 
     collapses: int = 0
     caught: int = 0
-    """Collapses alerted at least LEAD_GOAL steps before their onset."""
     late: int = 0
-    """Alerted with a smaller lead, or after the onset."""
     missed: int = 0
     leads: list[int] = field(default_factory=list)
-    """Leads (onset − first alert) of the collapses alerted before their onset, sorted."""
     median_lead: float | None = None
     stable: int = 0
     false_critical: int = 0
-    """Stable runs with any critical alert (a false page)."""
     stable_steps: int = 0
-    """Steps of stable runs plus the healthy stretches of incident runs."""
     warnings_per_100_steps: float | None = None
-    """Over stable runs and the healthy stretch of incident runs before the incident."""
     criticals_before_incident: int = 0
-    """Incident runs with a critical alert before their incident (a false page)."""
     blame_known: int = 0
-    """Collapses of a known, induced cause (lab incidents)."""
     blame_correct: int = 0
-    """Of those, the ones whose blamed factor is the induced cause."""
     survived: int = 0
-    """Incident runs that did not collapse (neither hits nor false alarms after the incident)."""
     survived_alerted: int = 0
 
     def as_json(self) -> dict:

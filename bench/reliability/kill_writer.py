@@ -40,27 +40,31 @@ while True:
 
 @dataclass
 class WriterResult:
-    """What the kill loop saw; every count but kills, steps and reads must end at 0."""
+    """What the kill loop saw; every count but kills, steps and reads must end at 0.
+
+    Attributes:
+        kills: SIGKILLs sent to the writer, each in the middle of its logging.
+        steps: steps in the store at the end.
+        reads: reads while the writer was being killed (RunReaders, and `minirl analyze`
+            / `export` in subprocesses); `lock_errors` of them failed on a lock (the busy
+            timeout elapsed), `other_read_errors` holds any other error's message.
+        gaps: store checks (one after each kill) at which the steps were not 1..N
+            without a hole.
+        incomplete: stored steps with fewer metrics than the writer logs per step (torn).
+        wrong_values: stored values differing from what the writer computes for their
+            step and name.
+        integrity_failures: SQLite `PRAGMA integrity_check` results other than ok.
+    """
 
     kills: int = 0
-    """SIGKILLs sent to the writer, each in the middle of its logging."""
     steps: int = 0
-    """Steps in the store at the end."""
-    gaps: int = 0
-    """Store checks (one after each kill) at which the steps were not 1..N without a hole."""
-    incomplete: int = 0
-    """Stored steps with fewer metrics than the writer logs per step (a torn step)."""
-    wrong_values: int = 0
-    """Stored values differing from what the writer computes for their step and name."""
-    integrity_failures: int = 0
-    """SQLite `PRAGMA integrity_check` results other than ok."""
     reads: int = 0
-    """Reads while the writer was being killed (RunReaders, and `minirl analyze` / `export`
-    in subprocesses)."""
     lock_errors: int = 0
-    """Reads that failed on a lock (the busy timeout elapsed)."""
     other_read_errors: list[str] = field(default_factory=list)
-    """Any other read error, its message."""
+    gaps: int = 0
+    incomplete: int = 0
+    wrong_values: int = 0
+    integrity_failures: int = 0
 
 
 def check_store(run: Path, result: WriterResult) -> int:

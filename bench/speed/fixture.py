@@ -17,20 +17,24 @@ from typing import Any
 
 @dataclasses.dataclass(frozen=True)
 class Effort:
-    """How many repetitions each part makes (full mode vs --quick)."""
+    """How many repetitions each part makes (full mode vs --quick).
+
+    Attributes:
+        pairs: diagnostics on/off step pairs, after `warmup` pairs that are not counted.
+        trl_rounds: timed rounds of the trainer step vs TRL's GRPOTrainer, `trl_steps`
+            steps each.
+        engine_repeats: repeats of each rollout-engine measurement.
+        write_steps: steps written by the run-store write benchmark, and `load_steps`
+            those of the long store it reads back (a multiple of 1000).
+    """
 
     pairs: int = 40
-    """Diagnostics on/off step pairs, after `warmup` pairs that are not counted."""
     warmup: int = 2
     trl_rounds: int = 5
-    """Timed rounds of the trainer step vs TRL's GRPOTrainer, `trl_steps` steps each."""
     trl_steps: int = 3
     engine_repeats: int = 5
-    """Repeats of each rollout-engine measurement."""
     write_steps: int = 2000
-    """Steps written by the run-store write benchmark..."""
     load_steps: int = 100_000
-    """...and steps of the long store it reads back (a multiple of 1000)."""
 
 
 QUICK = Effort(
