@@ -22,7 +22,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "analyze": ("monitor.analyze_cli", "post-hoc analysis of a run (collapse onset, precursors)"),
     "export": ("monitor.export_cli", "every recorded scalar as step,name,value rows"),
     "repair": ("monitor.repair_cli", "salvage a damaged run store into a new run"),
-    "import": ("monitor.import_cli", "import a foreign log (JSONL, CSV, TensorBoard) as a run"),
+    "import": (
+        "monitor.import_cli",
+        "import a foreign log (JSONL, CSV, TensorBoard, console...) as a run",
+    ),
     "watch": ("monitor.watch.cli", "follow a live TensorBoard/JSONL/MLflow/W&B log as a run"),
     "prometheus-rules": ("monitor.rules_cli", "print the Prometheus alert rules (YAML)"),
     "build-model": ("trainer.models.build_cli", "build a tiny local checkpoint + tokenizer"),

@@ -57,7 +57,7 @@ def _skipped(parsed: Parsed) -> str:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="minirl import",
-        description="Import a foreign log (JSONL, CSV, TensorBoard, W&B) into a run store.",
+        description="Import a foreign log (JSONL, CSV, TensorBoard, W&B, console) as a run store.",
     )
     parser.add_argument("file", type=Path, help="log file, TensorBoard log dir or W&B run dir")
     parser.add_argument("--format", choices=FORMATS, help="default: from the file name")
@@ -83,6 +83,12 @@ def main(argv: list[str]) -> int:
         parsed = parse(args.file, fmt)
     except (OSError, UnicodeError) as err:
         raise UserError(f"cannot read {args.file}: {err}") from None
+    if parsed.n_values == 0 and fmt == "console" and parsed.units == 0:
+        raise UserError(
+            f"no metric lines in {args.file} (read as console text: verl's `step:N - key:value`"
+            f" lines, a Hugging Face trainer's printed dicts, JSON lines); if it is another "
+            f"format, pass --format {'|'.join(FORMATS)}"
+        )
     if parsed.n_values == 0:
         found = f"{parsed.garbage} {_skipped(parsed)}"
         raise UserError(f"no metric values found in {args.file} as {fmt}: {found}")

@@ -28,11 +28,11 @@ def test_set_overrides():
     _clean(fuzz_configs.fuzz_overrides(N))
 
 
-@pytest.mark.parametrize("fmt", ["jsonl", "csv", "tensorboard"])
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "tensorboard", "console"])
 def test_importers(fmt):
     tally = fuzz_importers.fuzz_importer(fmt, N, import_every=10)
     _clean(tally)
-    assert tally.notes["garbage units skipped"] > N and tally.notes["full imports"] >= N / 20
+    assert tally.notes["garbage units skipped"] > N / 2 and tally.notes["full imports"] >= N / 20
 
 
 @pytest.mark.parametrize(

@@ -167,10 +167,14 @@ def test_hopeless_input_is_refused(tmp_path, cli, imp):
     assert not run.exists()
     out, _ = imp(tmp_path / "missing.jsonl")
     assert out.returncode == 2 and "no such file" in out.stderr
-    noext = tmp_path / "log.txt"
+    noext = tmp_path / "log.dat"
     noext.write_text("x")
     out, _ = imp(noext)
     assert out.returncode == 2 and "--format" in out.stderr
+    prose = tmp_path / "log.txt"  # read as console text: no metric line in it
+    prose.write_text("x")
+    out, _ = imp(prose)
+    assert out.returncode == 2 and "no metric lines" in out.stderr and "--format" in out.stderr
     empty_dir = tmp_path / "tb-empty"
     empty_dir.mkdir()
     out, _ = imp(empty_dir, "--format", "tensorboard")

@@ -1,14 +1,14 @@
-"""Fuzzed foreign logs: JSONL, CSV and TensorBoard files through `minirl import`.
+"""Fuzzed foreign logs: JSONL, CSV, TensorBoard and console files through `minirl import`.
 
 Each file mixes good lines (step k, metric GOOD = k) with garbage: random text, JSON
 with hostile values (steps of 1e20 and 2^63, integers of 5000 digits, 10**400, NaN, deep
 nesting, empty or surrogate names), CSV rows with stray quotes, wrong field counts or
 fields over the csv module's limit, TensorBoard records with wrong wire types, bad
-checksums or cut short. Properties: no traceback; every good line is read whatever the
-garbage around it (garbage is skipped and counted, never fatal to the rest); what the
-parser returns is what a store can hold (steps in 0..2^53, valid names, floats); and,
-for every `import_every`-th file, the whole `minirl import` writes a store holding every
-good step.
+checksums or cut short, console text with broken verl and Hugging Face log lines.
+Properties: no traceback; every good line is read whatever the garbage around it
+(garbage is skipped and counted, never fatal to the rest); what the parser returns is
+what a store can hold (steps in 0..2^53, valid names, floats); and, for every
+`import_every`-th file, the whole `minirl import` writes a store holding every good step.
 """
 
 from __future__ import annotations
@@ -87,6 +87,36 @@ def jsonl_files(draw: st.DrawFn) -> tuple[bytes, dict[int, float]]:
     return (bom + "\n".join(line.replace("\n", " ") for line in lines)).encode(
         "utf-8", "surrogatepass"
     ), {k: float(k) for k in steps}
+
+
+_CONSOLE_GARBAGE = st.one_of(
+    _JSONL_GARBAGE,
+    st.text(alphabet="xq.-", min_size=1, max_size=8).map(lambda t: f"step:{t} - a:1"),
+    st.text(alphabet="step:-{}'\"0123456789.e nafi()\r\x1b[m,", max_size=40),
+    st.sampled_from(
+        [
+            "step:",
+            "step:1 - ",
+            "step:99999999999999999999 - a:1",
+            "step:3 - a:np.float64( - b:tensor(1, device='cuda:0')",
+            "{'loss': np.float64(nan), 'grad_norm': -inf}",
+            "{'loss': " + "[" * 5000,
+            "{'eval_x': 1}",
+            "Traceback (most recent call last):",
+        ]
+    ),
+)
+
+
+@st.composite
+def console_files(draw: st.DrawFn) -> tuple[bytes, dict[int, float]]:
+    steps = sorted(draw(st.sets(st.integers(0, 10_000), max_size=6)))
+    prefix = st.sampled_from(["", "(TaskRunner pid=7) ", "\x1b[36m(W pid=1)\x1b[0m "])
+    good = [f"{draw(prefix)}step:{k} - {GOOD}:np.float64({float(k)}) - x:1" for k in steps]
+    lines = _mix(draw, good, _CONSOLE_GARBAGE.filter(lambda t: GOOD not in t))
+    return "\n".join(line.replace("\n", " ") for line in lines).encode("utf-8", "surrogatepass"), {
+        k: float(k) for k in steps
+    }
 
 
 _CSV_CELL = st.one_of(
@@ -265,11 +295,12 @@ _CASES = {
     "jsonl": ("JSONL importer", jsonl_files, ".jsonl"),
     "csv": ("CSV importer", csv_files, ".csv"),
     "tensorboard": ("TensorBoard importer", tensorboard_files, ".tfevents"),
+    "console": ("console-log importer", console_files, ".log"),
 }
 
 
 def fuzz_importer(fmt: str, n: int, import_every: int = 1) -> Tally:
-    """`n` fuzzed files of `fmt` (jsonl, csv, tensorboard); every `import_every`-th one
+    """`n` fuzzed files of `fmt` (jsonl, csv, tensorboard, console); every `import_every`-th one
     also goes through the whole `minirl import`."""
     name, files, suffix = _CASES[fmt]
     with tempfile.TemporaryDirectory(prefix=f"fuzz-{fmt}-") as tmp:

@@ -1,4 +1,5 @@
-"""Readers of other trainers' logs: JSONL and CSV exports, TensorBoard event files.
+"""Readers of other trainers' logs: JSONL and CSV exports, TensorBoard event files, W&B
+run files and console logs (what verl or a Hugging Face trainer printed).
 
 Each reader turns a file into `Parsed`: scalars keyed by step, in the peer's own names,
 plus an honest tally of what it could not read (garbage lines are counted and skipped,
@@ -14,7 +15,7 @@ from monitor.importers.parsed import MAX_EXAMPLES, Parsed, as_step, as_value
 
 __all__ = ["FORMATS", "MAX_EXAMPLES", "Parsed", "as_step", "as_value", "guess_format", "parse"]
 
-FORMATS = ("jsonl", "csv", "tensorboard", "wandb")
+FORMATS = ("jsonl", "csv", "tensorboard", "wandb", "console")
 
 
 def guess_format(path: Path) -> str | None:
@@ -30,6 +31,8 @@ def guess_format(path: Path) -> str | None:
         return "jsonl"
     if name.endswith((".csv", ".tsv")):
         return "csv"
+    if name.endswith((".log", ".txt", ".out", ".err")):
+        return "console"
     return None
 
 
@@ -51,4 +54,8 @@ def parse(path: Path, fmt: str) -> Parsed:
         from monitor.importers.wandb import parse_wandb
 
         return parse_wandb(path)
+    if fmt == "console":
+        from monitor.importers.console import parse_console
+
+        return parse_console(path)
     raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")

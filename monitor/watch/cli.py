@@ -26,7 +26,7 @@ from monitor.schema import store_path
 from monitor.watch.loop import SOURCE_KEY, STATE_KEY, Watcher
 from monitor.watch.mlflow import PREFIX as MLFLOW_PREFIX
 
-FORMATS = ("tensorboard", "jsonl", "mlflow", "wandb")
+FORMATS = ("tensorboard", "jsonl", "mlflow", "wandb", "console")
 
 
 def guess_format(source: str) -> str | None:
@@ -40,8 +40,10 @@ def guess_format(source: str) -> str | None:
         return "wandb"
     if path.is_dir() or "tfevents" in path.name:
         return "tensorboard"
-    if path.suffix.lower() in (".jsonl", ".ndjson", ".json", ".log"):
+    if path.suffix.lower() in (".jsonl", ".ndjson", ".json"):
         return "jsonl"
+    if path.suffix.lower() in (".log", ".txt", ".out", ".err"):
+        return "console"  # JSON lines in it are read too
     if path.suffix.lower() == ".db":
         return "mlflow"
     return None
@@ -57,6 +59,7 @@ def make_source(fmt: str, where: str, run: str | None, state: dict[str, Any] | N
     cls = {
         "tensorboard": sources.TensorBoardSource,
         "jsonl": sources.JsonlSource,
+        "console": sources.ConsoleSource,
         "wandb": sources.WandbSource,
     }[fmt]
     return cls(Path(where), state)
@@ -119,7 +122,7 @@ def open_watch(
         raise UserError(f"cannot tell the format of {source}; pass --format {'|'.join(FORMATS)}")
     if fmt == "mlflow" and not source.startswith(MLFLOW_PREFIX):
         source = MLFLOW_PREFIX + str(Path(source).resolve())  # a bare mlruns.db path
-    if fmt not in ("mlflow", "jsonl") and not Path(source).exists():
+    if fmt not in ("mlflow", "jsonl", "console") and not Path(source).exists():
         raise UserError(f"no such file or directory: {source}")
     wanted = describe(fmt, source, run)
     existing, stored = _stored_source(out)

@@ -1,6 +1,7 @@
-"""Live sources for `minirl watch`: an appended JSONL file, a TensorBoard log directory,
-a W&B run file. Each `poll()` returns the values written since the last poll as `Parsed`
-(peer names, keyed by step), reusing the importers' decoders on the new bytes only.
+"""Live sources for `minirl watch`: an appended JSONL file or console log, a TensorBoard
+log directory, a W&B run file. Each `poll()` returns the values written since the last
+poll as `Parsed` (peer names, keyed by step), reusing the importers' decoders on the new
+bytes only.
 
 A source says whether its units are whole steps (`whole_rows`: a JSONL line, a W&B
 history row) or single values that may spread one step over several polls (a TensorBoard
@@ -18,6 +19,7 @@ from typing import Any, Protocol
 
 from monitor.errors import UserError
 from monitor.importers import Parsed
+from monitor.importers.console import ConsoleReader
 from monitor.importers.jsonl import _read_object
 from monitor.importers.tensorboard import WireError, _read_event, masked_crc
 from monitor.watch.files import FileCursor
@@ -47,29 +49,60 @@ class JsonlSource:
         parsed = Parsed(unit="line")
         data = self.cursor.read()
         if self.cursor.offset == 0:
-            self.lines = 0
+            self._restart()
         end = data.rfind(b"\n") + 1
         if final and end < len(data) and data[end:].strip():
             end = len(data)
         for line in data[:end].splitlines():
             self.lines += 1
-            if not line.strip():
-                continue
-            parsed.units += 1
-            try:
-                obj = json.loads(line)
-            except ValueError as err:
-                parsed.bad(f"line {self.lines}", f"not JSON ({err})")
-                continue
-            _read_object(obj, f"line {self.lines}", parsed)
+            if line.strip():
+                self._line(line, f"line {self.lines}", parsed)
         self.cursor.advance(end)
         return parsed
+
+    def _restart(self) -> None:
+        """The file is read from its start (new, truncated or rotated)."""
+        self.lines = 0
+
+    def _line(self, line: bytes, where: str, parsed: Parsed) -> None:
+        parsed.units += 1
+        try:
+            obj = json.loads(line)
+        except ValueError as err:
+            parsed.bad(where, f"not JSON ({err})")
+            return
+        _read_object(obj, where, parsed)
 
     def state(self) -> dict[str, Any]:
         return {"file": self.cursor.state(), "lines": self.lines}
 
     def close(self) -> None:
         self.cursor.close()
+
+
+class ConsoleSource(JsonlSource):
+    """A trainer's console output, appended (`... | tee run.log`): verl's `step:N - k:v`
+    lines, a Hugging Face trainer's printed log dicts, JSON lines; other text is skipped
+    (monitor/importers/console.py)."""
+
+    def __init__(self, path: Path, state: dict[str, Any] | None = None) -> None:
+        super().__init__(path, state)
+        self.reader = ConsoleReader(int((state or {}).get("hf_logs", 0)))
+
+    def poll(self, final: bool = False) -> Parsed:
+        parsed = super().poll(final)
+        parsed.unit = "metric line"
+        return parsed
+
+    def _restart(self) -> None:
+        super()._restart()
+        self.reader.hf_logs = 0  # a truncated or rotated log numbers its logs anew
+
+    def _line(self, line: bytes, where: str, parsed: Parsed) -> None:
+        self.reader.feed(line.decode("utf-8", errors="replace"), where, parsed)
+
+    def state(self) -> dict[str, Any]:
+        return {**super().state(), "hf_logs": self.reader.hf_logs}
 
 
 _FRAME = struct.Struct("<QI")
