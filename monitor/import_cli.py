@@ -1,4 +1,4 @@
-"""`minirl import FILE --format jsonl|csv|tensorboard|wandb --out RUN_DIR`: a foreign log as a run.
+"""`minirl import FILE [--format FORMAT] --out RUN_DIR`: a foreign log as a run.
 
 Reads another trainer's log (monitor/importers), renames the peers' metrics onto ours
 (importers/names.py; unknown names are kept), and writes the steps in order through

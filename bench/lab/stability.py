@@ -55,11 +55,7 @@ def _parser() -> argparse.ArgumentParser:
         help="detach: run in the background, logging to <lab-dir>/runner.log",
     )
     p.add_argument("--status", action="store_true", help="print the lab's progress and exit")
-    p.add_argument(
-        "--report-only",
-        action="store_true",
-        help="write the report from the runs that exist, run nothing",
-    )
+    p.add_argument("--report-only", action="store_true", help="report the runs there are, run none")
     p.add_argument(
         "--policy-eval",
         action="store_true",
