@@ -137,12 +137,12 @@ def _time_engines(args: argparse.Namespace, tmp: Path) -> dict:
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="minirl bench megatron", description=__doc__.splitlines()[0])
+    p.add_argument("--runs", default=str(REPO / "runs" / "megatron-compare"), help="run dirs")
+    p.add_argument("--out", default=str(RESULTS / "megatron.md"), help="Markdown output")
     p.add_argument("--steps", type=int, default=30, help="RL steps per run")
     p.add_argument("--eval-every", type=int, default=5, help="steps between evaluations")
     p.add_argument("--threads", type=int, default=2, help="torch threads of each run")
     p.add_argument("--repeats", type=int, default=7, help="timed training parts per engine")
-    p.add_argument("--runs", default=str(REPO / "runs" / "megatron-compare"))
-    p.add_argument("--out", default=str(RESULTS / "megatron.md"))
     args = p.parse_args(argv)
     runs = Path(args.runs)
     result: dict = {"command": shlex.join(["minirl", "bench", "megatron", *argv])}

@@ -72,10 +72,8 @@ def _analyze_salvaged(run: Path, metric: str | None, err):  # -> Analysis
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="minirl analyze",
-        description="Collapse onset, precursors ranked by lead, alerts and actions of a run.",
-    )
+    what = "Collapse onset, precursors ranked by lead, alerts and actions of a run."
+    parser = argparse.ArgumentParser(prog="minirl analyze", description=what)
     parser.add_argument("run", type=Path, help="run directory (or its store file)")
     parser.add_argument("--json", action="store_true", help="print the analysis as JSON")
     parser.add_argument("--html", type=Path, metavar="FILE", help="write an HTML report")
