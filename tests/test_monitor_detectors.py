@@ -38,6 +38,7 @@ def healthy(n: int, seed: int, on_policy: bool = True) -> list[dict[str, float]]
         "mismatch/kl_k1": ln(1e-3, 0.25),
         "mismatch/kl_k3": ln(1e-3, 0.25),
         "mismatch/chi2_token": ln(0.01, 0.3),
+        "mismatch/prob_abs_diff": ln(3e-3, 0.25),
         "mismatch/ess": 1.0 - ln(0.02, 0.3),
         "is/trunc_frac": ln(1e-4, 0.5),
         "staleness/kl_k3": np.zeros(n) if on_policy else ln(2e-3, 0.3),
@@ -243,6 +244,20 @@ def test_the_default_mismatch_rule_flags_an_fp4_switch_and_blames_the_factor():
     assert fired(ev) == [(123, "warning")]
     alert = ev[0][1]
     assert alert.factor == "train_inference" and alert.baseline == pytest.approx(1e-3, rel=0.2)
+
+
+def test_verl_probability_difference_rising_is_a_training_inference_precursor():
+    """verl runs from before rollout_corr/ log only training/rollout_probs_diff_mean for
+    the mismatch: imported under our name, it is watched like the KL."""
+    from monitor.importers.names import canonical_name
+
+    name = canonical_name("training/rollout_probs_diff_mean")
+    s = healthy(200, seed=6)
+    for row in s[120:]:
+        row[name] *= 10
+    ev = run(s, only="mismatch_prob_diff")
+    assert fired(ev) == [(123, "warning")]
+    assert ev[0][1].factor == "train_inference" and ev[0][1].metric == "mismatch/prob_abs_diff"
 
 
 def test_clipping_switched_off_is_a_staleness_precursor_a_benign_fall_is_not():

@@ -236,6 +236,11 @@ class DetectorsConfig:
         "mismatch/logprob_abs_diff", "train_inference", "up", R_IS, floor=1e-4, min_change=3.0
     )
     """Mean |log π_old − log μ_old| (TRL's sampling_logp_difference, slime's)."""
+    mismatch_prob_diff: ChangeRule = ChangeRule(
+        "mismatch/prob_abs_diff", "train_inference", "up", R_IS, floor=1e-4, min_change=3.0
+    )
+    """Mean |π_old − μ_old| of the sampled tokens' probabilities (verl's
+    training/rollout_probs_diff_mean, logged before verl had rollout_corr/)."""
     mismatch_ess: ChangeRule = ChangeRule(
         "mismatch/ess", "train_inference", "down", R_IS, min_change=1.875
     )

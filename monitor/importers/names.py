@@ -27,6 +27,10 @@ _VERL = {
     # verl/utils/debug/metrics.py, calculate_debug_metrics(): Pearson correlation of the token
     # probabilities, rollout vs actor (old) — our prob_corr.
     "training/rollout_actor_probs_pearson_corr": "mismatch/prob_corr",
+    # verl/trainer/ppo/ray_trainer.py (when the rollout returns its log-probs): mean over
+    # response tokens of |exp(rollout_lp) − exp(old_lp)| = |μ_old − π_old|. The max and std
+    # beside it are not mapped: our max_abs_prob_diff is a per-response max, averaged.
+    "training/rollout_probs_diff_mean": "mismatch/prob_abs_diff",
     # verl/workers/actor/dp_actor.py + verl/trainer/ppo/core_algos.py (vanilla policy loss):
     # entropy of π_θ on response tokens.
     "actor/entropy": "policy/entropy",
