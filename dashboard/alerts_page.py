@@ -31,7 +31,7 @@ from dashboard.ui import (
     settings,
 )
 from monitor import RunReader, request_action
-from monitor.actions import IS_POLICIES, KINDS, ROUTING_MODES
+from monitor.actions import IS_POLICIES, KINDS, ROUTING_MODES, WEIGHT_QUANTS
 from monitor.errors import UserError
 from monitor.records import Action, Alert, Event
 
@@ -62,6 +62,8 @@ FORMS: dict[str, tuple[Field, ...]] = {
     "set_mini_batches_cap": (Field("n", "int", 1, help="held for the rest of the run"),),
     "set_length_norm": (Field("enabled", "bool", False),),
     "scale_lr": (Field("factor", "float", 0.5, help="in (0, 10]"),),
+    "set_rollout_quant_floor": (Field("weight_quant", "choice", "none", choices=WEIGHT_QUANTS,
+                                      help="held for the rest of the run"),),
     "rollback": (Field("step", "int", None, True,
                        help="empty: the last healthy checkpoint"),),
     "stop": (),

@@ -204,6 +204,10 @@ def short(kind: str, params: dict) -> str:
         return f"lr ×{p.get('factor')}"
     if kind == "set_lr_cap" and "lr" in p:
         return f"lr cap {p['lr']:.2g}"
+    if kind == "set_rollout_quant":
+        return f"rollouts {p.get('weight_quant')}"
+    if kind == "set_rollout_quant_floor":
+        return f"rollouts ≥ {p.get('weight_quant')}"
     return kind
 
 

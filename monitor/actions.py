@@ -19,6 +19,8 @@ Kinds and parameters (`?` = optional):
 | set_length_norm | enabled: bool |
 | scale_lr | factor: 0 < float ≤ 10 |
 | set_lr_cap | lr: float > 0 (the lr never exceeds it from now on, whatever the schedule) |
+| set_rollout_quant | weight_quant: one of WEIGHT_QUANTS (how the rollout engine rounds weights) |
+| set_rollout_quant_floor | weight_quant: never rounded coarser than this from now on |
 | rollback | step?: int ≥ 0 (absent: the last healthy checkpoint) |
 | stop | (none) |
 
@@ -42,6 +44,10 @@ from monitor.errors import UserError
 # minirl or torch; tests/test_shared_names.py fails the day the two differ.
 IS_POLICIES = ("none", "token_tis", "seq_tis", "token_mis", "seq_mis", "icepop")
 ROUTING_MODES = ("none", "R2", "R3")
+WEIGHT_QUANTS = ("none", "fp8_e4m3", "fp8_e5m2", "fp4")
+"""The rollout engine's weight rounding (trainer.engines.config.WeightQuant), finest first."""
+QUANT_BITS = {"none": 16, "fp8_e4m3": 8, "fp8_e5m2": 8, "fp4": 4}
+"""Bits of a rounded weight ("none": the inference dtype's, 16 for bf16/fp16)."""
 MAX_LR_FACTOR = 10.0
 
 
@@ -100,6 +106,8 @@ _SPECS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "set_length_norm": (("enabled",), ()),
     "scale_lr": (("factor",), ()),
     "set_lr_cap": (("lr",), ()),
+    "set_rollout_quant": (("weight_quant",), ()),
+    "set_rollout_quant_floor": (("weight_quant",), ()),
     "rollback": ((), ("step",)),
     "stop": ((), ()),
 }
@@ -117,6 +125,8 @@ def _check(kind: str, key: str, value: Any) -> Any:
         return _choice(kind, key, value, IS_POLICIES)
     if key == "mode":
         return _choice(kind, key, value, ROUTING_MODES)
+    if key == "weight_quant":
+        return _choice(kind, key, value, WEIGHT_QUANTS)
     if key == "eps_low":
         return _float(kind, key, value, lambda v: 0.0 < v < 1.0, "in (0, 1)")
     if key == "eps_high":
@@ -159,11 +169,12 @@ def validate(kind: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
 
 # What each kind does to the run's controls (Monitor's keys: is_policy, is_cap, is_band,
 # clip, eps_low, eps_high, routing_replay, mini_batches, mini_batches_cap, length_norm,
-# lr, lr_cap): one (knob, param, how) per knob it moves. how: "set" the knob to the
-# param's value, "scale" the knob by it, or a mapping from the param's value to the
-# knob's. An optional param that is absent moves nothing. The one interpreter of actions:
-# the monitor's view (`apply_to_controls`) and the trainer (trainer/controls.py) both read
-# `moves`, and both hold a mini-batch cap with `hold_caps`.
+# lr, lr_cap, rollout_quant, rollout_quant_floor): one (knob, param, how) per knob it
+# moves. how: "set" the knob to the param's value, "scale" the knob by it, or a mapping
+# from the param's value to the knob's. An optional param that is absent moves nothing.
+# The one interpreter of actions: the monitor's view (`apply_to_controls`) and the
+# trainer (trainer/controls.py) both read `moves`, and both hold a mini-batch cap and a
+# rollout precision floor with `hold_caps`.
 EFFECTS: dict[str, tuple[tuple[str, str, Any], ...]] = {
     "set_is_correction": (
         ("is_policy", "enabled", {True: "token_tis", False: "none"}),
@@ -185,6 +196,8 @@ EFFECTS: dict[str, tuple[tuple[str, str, Any], ...]] = {
     "set_length_norm": (("length_norm", "enabled", "set"),),
     "scale_lr": (("lr", "factor", "scale"),),
     "set_lr_cap": (("lr_cap", "lr", "set"),),
+    "set_rollout_quant": (("rollout_quant", "weight_quant", "set"),),
+    "set_rollout_quant_floor": (("rollout_quant_floor", "weight_quant", "set"),),
     "rollback": (),  # carried out by the trainer itself, like stop: no knob moves
     "stop": (),
 }
@@ -217,9 +230,13 @@ def apply_to_controls(controls: Mapping[str, Any], kind: str, params: Mapping[st
 
 def hold_caps(controls: dict) -> dict:
     """A cap holds whatever sets the knob later (a schedule, an incident, a request): the
-    mini-batches per rollout never exceed `mini_batches_cap` (the lr's cap is applied by
-    the trainer's schedule, which owns the lr). Changes `controls` in place, returns it."""
+    mini-batches per rollout never exceed `mini_batches_cap`, and the rollout weights are
+    never rounded coarser than `rollout_quant_floor` (the lr's cap is applied by the
+    trainer's schedule, which owns the lr). Changes `controls` in place, returns it."""
     cap = controls.get("mini_batches_cap")
     if cap is not None and controls.get("mini_batches") is not None:
         controls["mini_batches"] = min(int(controls["mini_batches"]), int(cap))
+    floor, quant = controls.get("rollout_quant_floor"), controls.get("rollout_quant")
+    if floor is not None and quant is not None and QUANT_BITS[quant] < QUANT_BITS[floor]:
+        controls["rollout_quant"] = floor
     return controls

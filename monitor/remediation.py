@@ -3,8 +3,10 @@
 Two tiers, from the paper's recipes (arXiv 2512.01374):
 
 - A precursor (warning) moves the run back to a recommended setting it is not in, and
-  nothing else: IS correction on when it is off (TIS, cap 5), clipping on when it is off,
-  routing replay when an off-policy MoE run has none, length normalisation off. A run
+  nothing else: the rollout precision back to its format before it dropped (held: a
+  cause is fixed at the cause, not by changing the loss), IS correction on when it is off
+  (TIS, cap 5), clipping on when it is off, routing replay when an off-policy MoE run has
+  none, length normalisation off. A run
   already in the recommended setting is left alone on a warning; an info alert (a level,
   e.g. a mismatch constant since step 1) is never acted on.
 - A breakdown (critical: joint precursors, the outcome falling, non-finite values) rolls
@@ -13,7 +15,8 @@ Two tiers, from the paper's recipes (arXiv 2512.01374):
 
 | blamed factor | fix |
 |---|---|
-| train_inference | IS on; if on, tighten the TIS cap (×0.5, down to 2), then IcePop [0.5, 5] |
+| train_inference | the rollout precision dropped: rollouts no coarser than before, held; |
+| | else IS on; if on, tighten the TIS cap (×0.5, down to 2), then IcePop [0.5, 5] |
 | staleness | clipping on if off, and cap the mini-batches per rollout (held): at their |
 | | number before they rose, when they rose; else at half |
 | routing | off-policy: R2 at ≤ 2 mini-batches, else R3 (R2 → R3); then, by the metric: |
@@ -23,9 +26,9 @@ Two tiers, from the paper's recipes (arXiv 2512.01374):
 
 An outcome alert (reward or held-out accuracy falling) is fixed for the precursor that
 opened first, a setting that moved (the lr, the mini-batches per rollout) before any
-symptom. A cause that persists is held off: the lr cap and the mini-batch cap last for
-the rest of the run, so a schedule or a scripted change that raises the knob again
-after the fix cannot undo it.
+symptom. A cause that persists is held off: the lr cap, the mini-batch cap and the
+rollout precision floor last for the rest of the run, so a schedule or a scripted change
+that moves the knob again after the fix cannot undo it.
 
 A fix that did not hold — another breakdown after it — escalates: the next critical
 finds the run in the changed setting and takes the next step of the same recipe (a
@@ -45,12 +48,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from monitor.actions import apply_to_controls
+from monitor.actions import QUANT_BITS, WEIGHT_QUANTS, apply_to_controls
 from monitor.config import RemediationConfig
 from monitor.detectors.config import SETTINGS
 from monitor.records import Action, ActionDraft, Alert, severity_rank
 
 PRECURSOR_FACTORS = ("train_inference", "staleness", "routing", "approximation", "optimisation")
+ROLLOUT_BITS = "engine/rollout_bits"
 
 
 class RemediationPolicy:
@@ -66,6 +70,8 @@ class RemediationPolicy:
         """A precursor's action: back to a recommended setting the run is not in, or none."""
         c, why = self.cfg, _heading(alert)
         mini = int(controls.get("mini_batches", 1))
+        if alert.metric == ROLLOUT_BITS:
+            return self._finer_rollouts(alert, controls, why)
         if controls.get("length_norm", False):
             return [
                 _d(
@@ -105,6 +111,27 @@ class RemediationPolicy:
                 )
             ]
         return []
+
+    @staticmethod
+    def _finer_rollouts(alert: Alert, controls: Mapping[str, Any], why: str) -> list[ActionDraft]:
+        """The rollout precision dropped: round the rollout weights no coarser than before
+        (the finest format with the pre-episode bits), held for the rest of the run; none
+        when a floor that fine holds already."""
+        bits = round(alert.baseline)  # a log-scale median of exact values: 15.999...
+        quant = next((q for q in WEIGHT_QUANTS if QUANT_BITS[q] <= bits), WEIGHT_QUANTS[-1])
+        floor = controls.get("rollout_quant_floor")
+        if floor is not None and QUANT_BITS[floor] >= QUANT_BITS[quant]:
+            return []
+        return [
+            _d(
+                "set_rollout_quant_floor",
+                {"weight_quant": quant},
+                f"{why} → the rollout engine's weights went from {bits:g} to "
+                f"{alert.value:g} bits: back to {quant} ({QUANT_BITS[quant]} bits), held for "
+                "the rest of the run",
+                alert,
+            )
+        ]
 
     def fix(
         self, alert: Alert, controls: Mapping[str, Any], context: Sequence[Alert] = ()

@@ -38,6 +38,14 @@ def test_each_kind_moves_exactly_its_knob():
     assert (capped.mini_batches, capped.mini_batches_cap) == (2, 2)
     # the cap holds: a later raise (an incident, a request) stops at it; lower goes through
     assert _apply("set_mini_batches", {"n": 8}, capped).mini_batches == 2
+    fp4 = _apply("set_rollout_quant", {"weight_quant": "fp4"})
+    assert fp4.rollout_quant == "fp4" and fp4.for_monitor(1e-4, True)["rollout_quant"] == "fp4"
+    floored = _apply("set_rollout_quant_floor", {"weight_quant": "none"}, fp4)
+    assert (floored.rollout_quant, floored.rollout_quant_floor) == ("none", "none")
+    # the floor holds: a later FP8 incident leaves the rollouts as they are
+    assert (
+        _apply("set_rollout_quant", {"weight_quant": "fp8_e5m2"}, floored).rollout_quant == "none"
+    )
     assert _apply("set_mini_batches", {"n": 1}, capped).mini_batches == 1
     assert _apply("set_mini_batches_cap", {"n": 8}).mini_batches == 4  # a cap never raises
     # nothing else changed

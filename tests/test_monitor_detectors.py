@@ -321,6 +321,22 @@ def test_a_rising_learning_rate_is_flagged_the_step_it_rises():
         assert fired(run(s, only="lr_rise")) == []
 
 
+def test_a_coarser_rollout_precision_is_flagged_the_step_it_drops():
+    """bf16 -> FP8 at step 120 (16 -> 8 bits): `rollout_precision_drop` fires at 120 and
+    blames the training-inference factor; FP4 from the start (a constant 4) raises nothing,
+    nor does a finer format."""
+    s = healthy(200, seed=4)
+    for i, row in enumerate(s):
+        row["engine/rollout_bits"] = 8.0 if i >= 120 else 16.0
+    ev = run(s, only="rollout_precision_drop")
+    assert fired(ev) == [(120, "warning")]
+    assert ev[0][1].baseline == pytest.approx(16.0) and ev[0][1].factor == "train_inference"
+    for constant_or_finer in (lambda i: 4.0, lambda i: 32.0 if i >= 120 else 16.0):
+        for i, row in enumerate(s):
+            row["engine/rollout_bits"] = constant_or_finer(i)
+        assert fired(run(s, only="rollout_precision_drop")) == []
+
+
 def test_a_breakdown_blames_a_setting_that_moved_over_a_symptom_that_moved_first():
     s = _precursors()  # staleness KL and mask share ×30 from step 80: warnings at 83
     for i, row in enumerate(s):

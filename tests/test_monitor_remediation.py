@@ -3,6 +3,7 @@ trail in the store, and the action kinds' validation (monitor/actions.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -24,6 +25,7 @@ CONTROLS = {
     "mini_batches": 1,
     "length_norm": False,
     "lr": 3e-4,
+    "rollout_quant": "none",
     "moe": True,
 }
 
@@ -56,6 +58,46 @@ def with_(**kw):
 
 def crit(factor: str, detector: str = "breakdown", **kw) -> Alert:
     return alert(detector, factor, "critical", **kw)
+
+
+def test_a_rollout_precision_floor_holds_against_what_sets_it_later():
+    floored = apply_to_controls(CONTROLS, "set_rollout_quant_floor", {"weight_quant": "fp8_e4m3"})
+    assert floored["rollout_quant"] == "none"  # finer than the floor: untouched
+    coarser = apply_to_controls(floored, "set_rollout_quant", {"weight_quant": "fp4"})
+    assert coarser["rollout_quant"] == "fp8_e4m3"  # an incident's FP4 is held at the floor
+    same_bits = apply_to_controls(floored, "set_rollout_quant", {"weight_quant": "fp8_e5m2"})
+    assert same_bits["rollout_quant"] == "fp8_e5m2"  # as fine as the floor: allowed
+    dropped = apply_to_controls(
+        with_(rollout_quant="fp4"), "set_rollout_quant_floor", {"weight_quant": "none"}
+    )
+    assert dropped["rollout_quant"] == "none"  # a floor above the current format lifts it
+
+
+def test_a_rollout_precision_drop_is_answered_by_finer_rollouts_not_by_the_loss():
+    """bf16 -> FP8 rollouts with IS correction off: the setting is put back (and held),
+    not the IS correction turned on; the same drop on a run with a floor as fine already
+    asks for nothing more at the warning tier."""
+    drop = make_alert(
+        detector="rollout_precision_drop",
+        severity="warning",
+        metric="engine/rollout_bits",
+        value=8.0,
+        baseline=15.999999999999998,  # a log-scale median: 16 give or take the rounding
+        factor="train_inference",
+        message="bits fell",
+        id=1,
+        step=40,
+    )
+    kinds, _ = decide([drop], with_(rollout_quant="fp8_e5m2"))
+    assert kinds == [("set_rollout_quant_floor", {"weight_quant": "none"})]
+    four = dataclasses.replace(drop, value=4.0, baseline=8.0)
+    assert decide([four])[0] == [("set_rollout_quant_floor", {"weight_quant": "fp8_e4m3"})]
+    held = with_(rollout_quant_floor="none")
+    assert decide([drop], held)[0] == []
+    # a breakdown blamed on it, the floor already in place: the recipe's next step
+    crash = dataclasses.replace(drop, detector="breakdown", severity="critical", id=2)
+    kinds, _ = decide([crash], with_(rollout_quant_floor="none", is_policy="token_tis"))
+    assert kinds == [("rollback", {}), ("set_is_policy", {"policy": "token_tis", "cap": 2.5})]
 
 
 def test_a_precursor_only_restores_a_recommended_setting():
@@ -335,6 +377,8 @@ def test_every_kind_validates_and_applies_to_controls():
         "set_length_norm": ({"enabled": True}, {"length_norm": True}),
         "scale_lr": ({"factor": 0.5}, {"lr": 3e-4 * 0.5}),
         "set_lr_cap": ({"lr": 1e-4}, {"lr_cap": 1e-4}),
+        "set_rollout_quant": ({"weight_quant": "fp4"}, {"rollout_quant": "fp4"}),
+        "set_rollout_quant_floor": ({"weight_quant": "fp4"}, {"rollout_quant_floor": "fp4"}),
         "rollback": ({"step": 40}, {}),
         "stop": ({}, {}),
     }

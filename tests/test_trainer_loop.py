@@ -44,6 +44,7 @@ EVERY_STEP = {
     "optim/grad_norm",
     "optim/lr",
     "staleness/mini_batches",
+    "engine/rollout_bits",
     "perf/step_s",
     "perf/rollout_s",
     "perf/train_s",
@@ -261,6 +262,54 @@ def test_actions_from_outside_are_applied_or_rejected_with_a_reason(tiny_config,
     assert _series(cfg.resolved_run_dir, "staleness/mini_batches")[1] == [2.0, 1.0, 1.0]
     controls = reader.meta().controls
     assert controls["routing_replay"] == "R2" and controls["is_policy"] == "icepop"
+
+
+def test_rollout_precision_moves_by_incident_holds_at_a_floor_and_survives_a_resume(
+    tiny_config, monkeypatch
+):
+    """FP8 rollouts from step 2 (an incident), a floor back at bf16 requested after step
+    3, FP4 from step 5 (an incident the floor holds off): the bits the run logs follow, the
+    engine really rounds (the mismatch), and a resume from the FP8 checkpoint keeps FP8."""
+    incidents = [
+        {"step": 2, "kind": "set_rollout_quant", "params": {"weight_quant": "fp8_e5m2"}},
+        {"step": 5, "kind": "set_rollout_quant", "params": {"weight_quant": "fp4"}},
+    ]
+    cfg = tiny_config(train={"steps": 6, "incidents": incidents}, checkpoint_every=2)
+    _with_requests(monkeypatch, cfg, 3, [("set_rollout_quant_floor", {"weight_quant": "none"})])
+    train(cfg, progress=False)
+    run_dir = cfg.resolved_run_dir
+    assert _series(run_dir, "engine/rollout_bits")[1] == [16.0, 8.0, 8.0, 16.0, 16.0, 16.0]
+    _, kl = _series(run_dir, "mismatch/kl_k3")
+    assert min(kl[1:3]) > 5 * max(kl[0], *kl[3:])  # FP8 rollouts: a far larger mismatch
+    reader = RunReader(run_dir)
+    (floor,) = reader.actions()
+    assert floor.status == "applied" and "rollout_quant: fp8_e5m2 -> none" in floor.detail
+    fp8, fp4 = reader.events(kind="incident")
+    assert fp8.detail["effect"] == "rollout_quant: none -> fp8_e5m2"
+    assert fp4.detail["effect"].startswith("none: held")
+    assert reader.meta().controls["rollout_quant_floor"] == "none"
+
+    # a run killed after the FP8 checkpoint of step 2 resumes with FP8 rollouts
+    cfg2 = dataclasses.replace(
+        tiny_config(train={"steps": 3, "incidents": incidents[:1]}, checkpoint_every=2),
+        run_dir=str(run_dir) + "-resume",
+    )
+    original, calls = run_module.rl_step, {"n": 0}
+
+    def crash_at_step_3(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("simulated crash")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(run_module, "rl_step", crash_at_step_3)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        train(cfg2, progress=False)
+    monkeypatch.setattr(run_module, "rl_step", original)
+    train(cfg2, resume=True, progress=False)
+    assert _series(cfg2.resolved_run_dir, "engine/rollout_bits")[1] == [16.0, 8.0, 8.0]
+    _, kl = _series(cfg2.resolved_run_dir, "mismatch/kl_k3")
+    assert kl[2] > 5 * kl[0]  # the resumed engine rounds through FP8, not only says so
 
 
 def test_impossible_actions_are_rejected_not_ignored(tiny_config, monkeypatch):

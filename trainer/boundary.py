@@ -17,22 +17,20 @@ from monitor.errors import UserError
 from trainer.checkpoints import list_checkpoints, load_checkpoint, restore_rng
 from trainer.controls import Controls, Rejected, Request, apply_action
 from trainer.evaluate import evaluate
-from trainer.incidents import SET_ROLLOUT_QUANT, Incident, apply_rollout_quant
+from trainer.incidents import Incident, apply_rollout_quant
 from trainer.run_state import RunState
 
 
 def induce(run: RunState, incident: Incident) -> None:
     """Apply one scripted incident, record it as an `incident` event (labelled induced)."""
-    if incident.kind == SET_ROLLOUT_QUANT:
-        apply_rollout_quant(run.engine, run.policy.model, incident.params["weight_quant"])
-    else:
-        try:
-            out = _apply(run, incident.kind, incident.params)
-        except Rejected as why:
-            raise UserError(f"{incident.describe()}: cannot be applied ({why})") from None
-        assert isinstance(out, Controls)  # rollback/stop are not incident kinds
-        run.controls = out
-        run.mon.update_controls(out.for_monitor(run.cfg.optim.lr, run.policy.is_moe))
+    try:
+        out = _apply(run, incident.kind, incident.params)
+    except Rejected as why:
+        raise UserError(f"{incident.describe()}: cannot be applied ({why})") from None
+    assert isinstance(out, Controls)  # rollback/stop are not incident kinds
+    changed = _diff(run.controls, out)
+    _set_controls(run, out)
+    run.mon.update_controls(out.for_monitor(run.cfg.optim.lr, run.policy.is_moe))
     run.mon.event(
         "incident",
         {
@@ -40,9 +38,17 @@ def induce(run: RunState, incident: Incident) -> None:
             "params": incident.params,
             "note": incident.describe(),
             "induced": True,
+            "effect": changed or "none: held by a cap or floor that remediation set",
         },
     )
     run.bar.message(incident.describe())
+
+
+def _set_controls(run: RunState, controls: Controls) -> None:
+    """The run's new controls; a rollout precision that moved is synced into the engine."""
+    run.controls = controls
+    if run.engine is not None and run.engine.config.weight_quant != controls.rollout_quant:
+        apply_rollout_quant(run.engine, run.policy.model, controls.rollout_quant)
 
 
 def _apply(run: RunState, kind: str, params: dict[str, Any]) -> Controls | Request:
@@ -73,7 +79,7 @@ def apply_actions(run: RunState) -> Request | None:
             run.mon.resolve(action.id, "applied", f"{out.kind} at the step boundary")
         else:
             changed = _diff(run.controls, out)
-            run.controls = out
+            _set_controls(run, out)
             run.mon.resolve(action.id, "applied", changed or "no change")
         run.bar.message(f"action {action.kind} {action.params} applied ({action.source})")
     return request

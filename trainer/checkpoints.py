@@ -27,6 +27,7 @@ import torch
 from minirl.loss import LossConfig
 from monitor.errors import UserError
 from trainer.controls import Controls
+from trainer.engines.config import WeightQuant
 from trainer.leftovers import remove_leftovers
 
 _NAME = re.compile(r"^step_(\d+)\.pt$")
@@ -158,7 +159,9 @@ def restore_rng(payload: dict[str, Any]) -> None:
             torch.cuda.set_rng_state(state.cpu(), index)
 
 
-def controls_from_data(data: dict[str, Any]) -> Controls:
+def controls_from_data(data: dict[str, Any], rollout_quant: WeightQuant = "none") -> Controls:
+    """The controls a checkpoint saved; `rollout_quant` for a checkpoint written before
+    the rollout precision was one of them (the config's)."""
     loss = dict(data["loss"])
     loss["band"] = tuple(loss["band"])
     return Controls(
@@ -168,6 +171,8 @@ def controls_from_data(data: dict[str, Any]) -> Controls:
         lr_scale=float(data["lr_scale"]),
         lr_cap=data.get("lr_cap"),
         mini_batches_cap=data.get("mini_batches_cap"),
+        rollout_quant=data.get("rollout_quant", rollout_quant),
+        rollout_quant_floor=data.get("rollout_quant_floor"),
     )
 
 
@@ -181,4 +186,6 @@ def _controls_to_data(controls: Controls) -> dict[str, Any]:
         "lr_scale": controls.lr_scale,
         "lr_cap": controls.lr_cap,
         "mini_batches_cap": controls.mini_batches_cap,
+        "rollout_quant": controls.rollout_quant,
+        "rollout_quant_floor": controls.rollout_quant_floor,
     }

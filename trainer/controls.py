@@ -18,6 +18,7 @@ from minirl.loss import LossConfig
 from minirl.routing import ReplayMode
 from monitor.actions import hold_caps, moves, validate
 from monitor.errors import UserError
+from trainer.engines.config import WeightQuant
 
 
 class Rejected(Exception):
@@ -37,6 +38,12 @@ class Controls:
     mini_batches_cap: int | None = None
     """The mini-batches per rollout never exceed this, whatever sets them later (an
     incident, a request): a staleness fix that holds (set by remediation)."""
+    rollout_quant: WeightQuant = "none"
+    """How the rollout engine rounds its weights (`engine.weight_quant` at the start; an
+    incident or an action moves it, and the loop syncs the engine)."""
+    rollout_quant_floor: WeightQuant | None = None
+    """The rollout weights are never rounded coarser than this, whatever sets them later:
+    a precision fix that holds (set by remediation)."""
 
     def for_monitor(self, base_lr: float, moe: bool) -> dict[str, Any]:
         """The `controls` dict the remediation policy reasons about (Monitor's keys)."""
@@ -55,6 +62,8 @@ class Controls:
             "lr": base_lr * self.lr_scale,
             "lr_cap": self.lr_cap,
             "mini_batches_cap": self.mini_batches_cap,
+            "rollout_quant": self.rollout_quant,
+            "rollout_quant_floor": self.rollout_quant_floor,
             "moe": moe,
         }
 
@@ -107,15 +116,15 @@ def apply_action(
             loss[_LOSS_FIELDS[knob]] = tuple(value) if knob == "is_band" else value
         elif how == "scale":  # lr, the one scaled knob: Controls keeps its scale
             run["lr_scale"] = controls.lr_scale * value
-        else:  # mini_batches, mini_batches_cap, routing_replay
+        else:  # mini_batches(_cap), routing_replay, rollout_quant(_floor)
             run[knob] = value
     held = hold_caps(
         {
-            "mini_batches": run.get("mini_batches", controls.mini_batches),
-            "mini_batches_cap": run.get("mini_batches_cap", controls.mini_batches_cap),
+            knob: run.get(knob, getattr(controls, knob))
+            for knob in ("mini_batches", "mini_batches_cap", "rollout_quant", "rollout_quant_floor")
         }
     )
-    run["mini_batches"] = held["mini_batches"]
+    run["mini_batches"], run["rollout_quant"] = held["mini_batches"], held["rollout_quant"]
     if loss:
         try:
             run["loss"] = dataclasses.replace(controls.loss, **loss)  # re-validated

@@ -20,6 +20,7 @@ happens at a step boundary (incidents, actions, rollback) is in trainer/boundary
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -43,7 +44,9 @@ from trainer.coldstart import ColdStart, cold_start
 from trainer.config import RunConfig, config_to_dict, dump_config, load_config
 from trainer.controls import Controls
 from trainer.engines.base import TrainingEngine, WeightSyncError
+from trainer.engines.config import WeightQuant
 from trainer.engines.factory import make_inference_engine, make_training_engine
+from trainer.engines.quant import rollout_bits
 from trainer.evaluate import evaluate, policy_accuracy
 from trainer.incidents import due
 from trainer.outcome import collapse
@@ -113,11 +116,14 @@ def train(
     )
     task = make_task(cfg.task)
     policy = make_training_engine(start.path, cfg.engine, cfg.optim)
-    controls = Controls(cfg.loss, cfg.train.mini_batches, cfg.train.routing_replay)
+    quant = cfg.engine.weight_quant
+    controls = Controls(
+        cfg.loss, cfg.train.mini_batches, cfg.train.routing_replay, rollout_quant=quant
+    )
     last = pos = 0
     from_start = resume and not list_checkpoints(run_dir)  # killed before its first one
     if resume and not from_start:
-        last, pos, controls = _resume_from_checkpoint(run_dir, policy)
+        last, pos, controls = _resume_from_checkpoint(run_dir, policy, quant)
     (run_dir / CONFIG_FILE).write_text(dump_config(cfg))
     mon = Monitor(
         run_dir,
@@ -206,6 +212,10 @@ def _steps(run: RunState) -> str:
         t0 = time.perf_counter()
         run.engine.update_weights(run.policy.model)
         result.scalars["perf/sync_s"] = time.perf_counter() - t0
+        # the rollout precision, a setting like the lr (the detectors see it move)
+        result.scalars["engine/rollout_bits"] = rollout_bits(
+            run.cfg.engine.inference_dtype, run.controls.rollout_quant
+        )
         if _eval_due(run.step, run.cfg):
             result.scalars.update(_evaluate(run))
         _log(run, result)
@@ -232,7 +242,9 @@ def _start_inference(run: RunState, start: ColdStart, resume: bool) -> None:
         mon.event(
             "cold_start", {"checkpoint": str(start.path), "reused": start.reused, **start.metrics}
         )
-    run.engine = make_inference_engine(start.path, run.cfg.engine)
+    # in the run's rollout precision: the config's, or what an incident or a fix made it
+    engine_cfg = dataclasses.replace(run.cfg.engine, weight_quant=run.controls.rollout_quant)
+    run.engine = make_inference_engine(start.path, engine_cfg)
     if resume:
         run.engine.update_weights(policy.model)
     run.set_lr(next_step=False)
@@ -251,9 +263,11 @@ def _close(run: RunState, stopped: str, collapsed: str | None = None) -> None:
         run.engine.close()
 
 
-def _resume_from_checkpoint(run_dir: Path, policy: TrainingEngine) -> tuple[int, int, Controls]:
+def _resume_from_checkpoint(
+    run_dir: Path, policy: TrainingEngine, quant: WeightQuant
+) -> tuple[int, int, Controls]:
     """Load the last checkpoint into `policy` and the torch RNG; (its step, its data
-    position, its controls)."""
+    position, its controls; `quant`: the rollout precision of an older checkpoint)."""
     ckpts = list_checkpoints(run_dir)
     if not ckpts:
         raise UserError(f"{run_dir}: no checkpoint to resume from")
@@ -261,7 +275,7 @@ def _resume_from_checkpoint(run_dir: Path, policy: TrainingEngine) -> tuple[int,
     payload = load_checkpoint(ckpts[last])
     policy.load_state_dict(payload["policy"])
     restore_rng(payload)
-    return last, int(payload.get("pos", last)), controls_from_data(payload["controls"])
+    return last, int(payload.get("pos", last)), controls_from_data(payload["controls"], quant)
 
 
 def _log(run: RunState, result: StepResult) -> None:

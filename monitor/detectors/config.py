@@ -10,9 +10,10 @@ Severities mean something (they are what a user sees and what remediation acts o
   an optimisation signal (gradient norm, entropy, clip and truncation fractions) has moved
   against the run's *own* baseline, in the direction that precedes collapses, and stayed
   there. A setting of the run that moved (`SETTINGS`: the lr, the mini-batches per
-  rollout) is a precursor too, and the cause of what follows; being exact, it warns the
-  step it moves. Absolute levels warn only where the theory gives them a meaning
-  (`LevelRule` with severity warning: the share of tokens past the IS cap).
+  rollout, the rollout precision) is a precursor too, and the cause of what follows;
+  being exact, it warns the step it moves. Absolute levels warn only where the theory
+  gives them a meaning (`LevelRule` with severity warning: the share of tokens past the
+  IS cap).
 - `critical`: a breakdown under way. Joint evidence (`BreakdownRule`: several precursors
   at once, or one with the outcome falling), the outcome itself falling hard
   (`DropRule`), or non-finite values (`NonFiniteRule`).
@@ -59,10 +60,10 @@ R_COLLAPSE = (
 )
 
 
-SETTINGS = ("optim/lr", "staleness/mini_batches")
-"""Metrics that are settings of the run rather than symptoms: the learning rate and the
-off-policy degree (policy updates per rollout). One that moved is the cause of what
-follows it, and the knob to turn back."""
+SETTINGS = ("optim/lr", "staleness/mini_batches", "engine/rollout_bits")
+"""Metrics that are settings of the run rather than symptoms: the learning rate, the
+off-policy degree (policy updates per rollout) and the bits of the rollout engine's
+weights. One that moved is the cause of what follows it, and the knob to turn back."""
 
 
 # ---------------------------------------------------------------------------- rule types
@@ -325,6 +326,18 @@ class DetectorsConfig:
     )
     """More policy updates per rollout than after warm-up (≥ 1.5×): the off-policy degree
     rose, and with it the staleness r_t = π_θ/π_old of the later mini-batches."""
+    rollout_precision_drop: ChangeRule = ChangeRule(
+        "engine/rollout_bits",
+        "train_inference",
+        "down",
+        R_IS,
+        min_change=1.5,
+        recent=1,
+        persist=1,
+        sigma_floor=0.01,
+    )
+    """The rollout engine's weights rounded coarser than after warm-up (bf16 -> FP8 halves
+    the bits): the training-inference mismatch ρ_t = π_old/μ_old is about to grow."""
     # --- critical
     breakdown: BreakdownRule = BreakdownRule()
     """Joint evidence: several precursors at once, or one with the outcome falling."""

@@ -25,9 +25,11 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
-from trainer.engines.config import ActivationQuant, WeightQuant
+from monitor.actions import QUANT_BITS
+from trainer.engines.config import ActivationQuant, Dtype, WeightQuant
 
 _FP8 = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
+DTYPE_BITS = {"fp32": 32, "bf16": 16}
 _E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])  # magnitudes of FP4 e2m1
 MX_BLOCK = 32  # OCP MX block size
 _E2M1_EMAX = 2  # largest exponent of e2m1 (6 = 1.5 * 2^2)
@@ -65,6 +67,11 @@ def round_mxfp4(x: torch.Tensor, block: int = MX_BLOCK) -> torch.Tensor:
     scale = torch.exp2(exp)
     q = round_e2m1(xb / scale) * scale
     return q.flatten(-2)[..., :n]
+
+
+def rollout_bits(dtype: Dtype, fmt: WeightQuant) -> float:
+    """Bits of a rollout weight: its rounding format's, else the inference dtype's."""
+    return float(DTYPE_BITS[dtype] if fmt == "none" else QUANT_BITS[fmt])
 
 
 def round_weight(w: torch.Tensor, fmt: WeightQuant) -> torch.Tensor:
