@@ -184,18 +184,23 @@ def test_r3_replays_the_inference_engines_routing(tiny_config, monkeypatch):
     assert torch.equal(second["replay"], e_mu[half:])
 
 
-def test_resume_after_a_crash_loses_and_duplicates_no_step(tiny_config, monkeypatch):
-    cfg = tiny_config(train={"steps": 5}, checkpoint_every=2)
-    original = run_module.rl_step
-    calls = {"n": 0}
+def _crash_at(monkeypatch, n: int):
+    """Make the n-th RL step of the next run raise (a crash); returns the real rl_step."""
+    original, calls = run_module.rl_step, {"n": 0}
 
-    def crash_at_step_4(*args, **kwargs):
+    def crash(*args, **kwargs):
         calls["n"] += 1
-        if calls["n"] == 4:
+        if calls["n"] == n:
             raise RuntimeError("simulated crash")
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(run_module, "rl_step", crash_at_step_4)
+    monkeypatch.setattr(run_module, "rl_step", crash)
+    return original
+
+
+def test_resume_after_a_crash_loses_and_duplicates_no_step(tiny_config, monkeypatch):
+    cfg = tiny_config(train={"steps": 5}, checkpoint_every=2)
+    original = _crash_at(monkeypatch, 4)
     with pytest.raises(RuntimeError, match="simulated crash"):
         train(cfg, progress=False)
     steps, before = _series(cfg.resolved_run_dir, "reward/mean")
@@ -294,15 +299,7 @@ def test_rollout_precision_moves_by_incident_holds_at_a_floor_and_survives_a_res
         tiny_config(train={"steps": 3, "incidents": incidents[:1]}, checkpoint_every=2),
         run_dir=str(run_dir) + "-resume",
     )
-    original, calls = run_module.rl_step, {"n": 0}
-
-    def crash_at_step_3(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise RuntimeError("simulated crash")
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(run_module, "rl_step", crash_at_step_3)
+    original = _crash_at(monkeypatch, 3)
     with pytest.raises(RuntimeError, match="simulated crash"):
         train(cfg2, progress=False)
     monkeypatch.setattr(run_module, "rl_step", original)
