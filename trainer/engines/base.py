@@ -17,6 +17,8 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
+from trainer.engines.config import EngineConfig
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -75,6 +77,10 @@ class WeightSyncError(RuntimeError):
 
 class InferenceEngine(Protocol):
     """Samples from μ_old and accepts new weights after every training step."""
+
+    config: EngineConfig
+    """Its settings; `weight_quant` is how it rounds the weights it is given, and the loop
+    replaces the config when the rollout precision moves (trainer/incidents.py)."""
 
     def generate(
         self, prompts: Sequence[Sequence[int]], params: SamplingParams, seed: int
