@@ -39,9 +39,9 @@ _SPECIAL = re.compile(r"(?<![-'\w])(-?inf|nan)(?![\w'])")
 _HF_TRAIN_KEYS = ("loss", "grad_norm")
 
 
-def scalar(text: str) -> float | str | None:
-    """The number a console printed: `0.5`, `nan`, `np.float64(0.5)`, `tensor(0.5)`; a
-    string or None for what is not one (as_value decides)."""
+def scalar(text: str) -> str:
+    """The text of the number a console printed: `0.5`, `nan`, `np.float64(0.5)` and
+    `tensor(0.5)` give the number's text; as_value decides whether it is one."""
     text = text.strip()
     wrapped = _WRAPPED.match(text)
     return wrapped.group(1) if wrapped else text
