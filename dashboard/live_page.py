@@ -124,7 +124,9 @@ CHART_REFRESH_S = (2.0, 5.0, 10.0, 30.0)
 CHART_REFRESH_DEFAULT_S = 5.0
 """Redrawing all ~23 charts costs a browser far more than the server (bench/results/
 dashboard.md): the status line refreshes every `refresh_s`, the charts less often."""
-HEADLINE = ("reward/mean", "reward/acc", "eval/acc", "mismatch/kl_k1", "policy/entropy")
+HEADLINE = ("reward/mean", "reward/acc", "eval/acc", "mismatch/kl_k3", "policy/entropy")
+"""The tiles. The mismatch KL as k3 (≥ 0, as the progress bar shows it): k1 is unbiased
+but a single step's can be negative, which reads as an error on a tile."""
 
 
 def distribution_order(names: Sequence[str]) -> list[str]:
@@ -148,11 +150,13 @@ def _all_positive(series: dict[str, tuple[np.ndarray, np.ndarray]]) -> bool:
 
 def _fmt(value: float) -> str:
     """Tile text: 4 significant digits, scientific notation outside [1e-3, 1e5) (a KL of
-    3.2e-04 must not read 0.000…; two digits, so that the tile does not cut it)."""
+    3.2e-4 must not read 0.000…; two digits and a bare exponent, so that a tile six or
+    seven characters wide does not cut it)."""
     if math.isnan(value):
         return "–"
     if value != 0 and not 1e-3 <= abs(value) < 1e5:
-        return f"{value:.1e}"
+        mantissa, _, exponent = f"{value:.1e}".partition("e")
+        return f"{mantissa}e{int(exponent)}"
     return f"{value:.4g}"
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -220,7 +221,8 @@ def write_remediated_run(root: Path, name: str, steps: int = 50) -> None:
         noise = 1 + 0.05 * rng.standard_normal()
         values = {
             "reward/mean": 0.4 + 0.002 * step,
-            "mismatch/kl_k1": 3.2e-4 * noise,
+            "mismatch/kl_k1": -1.8e-5 * noise,  # k1 of one step can be negative
+            "mismatch/kl_k3": 3.2e-4 * noise,
             "mismatch/ess": 0.3 * noise,
             "mismatch/chi2_token": 4e5 if step == steps - 2 else (0.0 if step == 3 else 0.01),
             "staleness/kl_k3": (0.02 if step >= 30 else 1e-4) * noise,
@@ -244,7 +246,8 @@ def test_live_page_tells_what_happened_and_marks_it_where_it_happened(runs: Path
     assert "◆ action **set_clip**" in text and "⟲ **rolled back to step 20**" in text
     assert "back at its pre-episode level (0.400 at step 30)" in text
     tiles = {m.label: m.value for m in at.metric}
-    assert tiles["mismatch/kl_k1"].endswith("e-04")  # not 0.000…
+    assert "mismatch/kl_k1" not in tiles  # the tile shows k3, never a negative KL
+    assert re.fullmatch(r"3\.\de-4", tiles["mismatch/kl_k3"])  # 3.2e-4, not 0.000… or cut
     figs = {f["layout"]["title"]["text"]: f for f in figures(at)}
     chi2 = next(f for t, f in figs.items() if t.startswith("IS weights: χ²"))
     assert chi2["layout"]["yaxis"]["type"] == "log"  # the late 4e5 does not flatten it
