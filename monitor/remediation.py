@@ -25,10 +25,10 @@ Two tiers, from the paper's recipes (arXiv 2512.01374):
 | optimisation | cap the learning rate at half its pre-episode value for the rest of the run |
 
 An outcome alert (reward or held-out accuracy falling) is fixed for the precursor that
-opened first, a setting that moved (the lr, the mini-batches per rollout) before any
-symptom. A cause that persists is held off: the lr cap, the mini-batch cap and the
-rollout precision floor last for the rest of the run, so a schedule or a scripted change
-that moves the knob again after the fix cannot undo it.
+opened first, a setting that moved (the lr, the mini-batches per rollout, the rollout
+precision) before any symptom. A cause that persists is held off: the lr cap, the
+mini-batch cap and the rollout precision floor last for the rest of the run, so a
+schedule or a scripted change that moves the knob again after the fix cannot undo it.
 
 A fix that did not hold — another breakdown after it — escalates: the next critical
 finds the run in the changed setting and takes the next step of the same recipe (a

@@ -13,16 +13,22 @@ from monitor import actions
 from monitor.config import RemediationConfig
 from trainer.config import TrainConfig
 from trainer.controls import Controls
+from trainer.engines.config import WeightQuant
+from trainer.engines.quant import rollout_bits
 
 
 def test_the_monitor_names_the_modes_minirl_defines():
     assert actions.IS_POLICIES == IS_POLICIES == get_args(ISPolicy)
     assert actions.ROUTING_MODES == REPLAY_MODES == get_args(ReplayMode)
+    assert get_args(WeightQuant) == actions.WEIGHT_QUANTS  # the rollout formats, finest first
+    assert list(actions.QUANT_BITS) == list(actions.WEIGHT_QUANTS)
+    assert rollout_bits("bf16", "none") == actions.QUANT_BITS["none"]
 
 
 def test_the_trainer_uses_minirl_types_not_copies():
     assert get_type_hints(TrainConfig)["routing_replay"] is ReplayMode
     assert get_type_hints(Controls)["routing_replay"] is ReplayMode
+    assert get_type_hints(Controls)["rollout_quant"] is WeightQuant
     assert get_type_hints(LossConfig)["is_policy"] is ISPolicy
 
 

@@ -24,13 +24,11 @@ from typing import Any
 from monitor.actions import KINDS, validate
 from monitor.errors import UserError
 
-SET_ROLLOUT_QUANT = "set_rollout_quant"
-"""The incident of a degraded rollout engine: its weights are rounded through another
-format from now on (`engine.weight_quant`), i.e. the rollout precision drops (or rises)
-part-way through the run. An action kind like the others, so that an operator can
-request it and a precision floor set by remediation holds against it."""
-
 INCIDENT_KINDS = tuple(k for k in KINDS if k not in ("rollback", "stop"))
+"""Every action kind but rollback and stop; `set_rollout_quant` is the degraded rollout
+engine (its weights rounded through another format from now on, `engine.weight_quant`),
+an action kind like the others so that a precision floor set by remediation holds
+against it."""
 
 
 @dataclass(frozen=True)
