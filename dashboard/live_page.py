@@ -58,6 +58,7 @@ from dashboard.ui import (
     one_run,
     settings,
 )
+from monitor.detectors.config import ROLLOUT_BITS
 
 MAX_SPANS = 60
 MAX_MARKS = 400
@@ -84,7 +85,7 @@ SECTIONS: dict[str, tuple[Panel, ...]] = {
     ),
     "First-order approximation health": (
         Panel("Mismatch KL(μ_old‖π_old)", ("mismatch/kl_k1", "mismatch/kl_k3"), log_y=True),
-        Panel("Rollout precision (bits of a rollout weight)", ("engine/rollout_bits",)),
+        Panel("Rollout precision (bits of a rollout weight)", (ROLLOUT_BITS,)),
         Panel("IS weight tails (ρ = π_old/μ_old, w = ρ·r)",
               ("mismatch/ratio_max", "mismatch/ratio_p99", "mismatch/ratio_p01",
                "mismatch/ratio_min", "is/weight_max"), log_y=True),

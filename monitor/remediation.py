@@ -50,11 +50,10 @@ from typing import Any
 
 from monitor.actions import QUANT_BITS, WEIGHT_QUANTS, apply_to_controls
 from monitor.config import RemediationConfig
-from monitor.detectors.config import SETTINGS
+from monitor.detectors.config import ROLLOUT_BITS, SETTINGS
 from monitor.records import Action, ActionDraft, Alert, severity_rank
 
 PRECURSOR_FACTORS = ("train_inference", "staleness", "routing", "approximation", "optimisation")
-ROLLOUT_BITS = "engine/rollout_bits"
 
 
 class RemediationPolicy:

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from monitor import Monitor
+from monitor.detectors.config import ROLLOUT_BITS
 from monitor.errors import UserError
 from trainer.boundary import apply_actions, induce, rollback
 from trainer.checkpoints import (
@@ -213,7 +214,7 @@ def _steps(run: RunState) -> str:
         run.engine.update_weights(run.policy.model)
         result.scalars["perf/sync_s"] = time.perf_counter() - t0
         # the rollout precision, a setting like the lr (the detectors see it move)
-        result.scalars["engine/rollout_bits"] = rollout_bits(
+        result.scalars[ROLLOUT_BITS] = rollout_bits(
             run.cfg.engine.inference_dtype, run.controls.rollout_quant
         )
         if _eval_due(run.step, run.cfg):

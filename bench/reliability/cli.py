@@ -26,10 +26,7 @@ def _fuzzing(n: int, log) -> list[dict]:
     targets = [
         lambda: fuzz_configs.fuzz_config_files(n),
         lambda: fuzz_configs.fuzz_overrides(n),
-        *[
-            lambda f=f: fuzz_importers.fuzz_importer(f, n)
-            for f in ("jsonl", "csv", "tensorboard", "console")
-        ],
+        *[lambda f=f: fuzz_importers.fuzz_importer(f, n) for f in fuzz_importers.FORMATS],
         lambda: fuzz_store.fuzz_damaged_stores(n),
         lambda: fuzz_operator.fuzz_action_requests(n),
         lambda: fuzz_operator.fuzz_import_form(n),

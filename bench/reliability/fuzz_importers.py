@@ -297,6 +297,8 @@ _CASES = {
     "tensorboard": ("TensorBoard importer", tensorboard_files, ".tfevents"),
     "console": ("console-log importer", console_files, ".log"),
 }
+FORMATS = tuple(_CASES)
+"""The importers fuzzed, by format."""
 
 
 def fuzz_importer(fmt: str, n: int, import_every: int = 1) -> Tally:

@@ -60,7 +60,9 @@ R_COLLAPSE = (
 )
 
 
-SETTINGS = ("optim/lr", "staleness/mini_batches", "engine/rollout_bits")
+ROLLOUT_BITS = "engine/rollout_bits"
+"""Bits of a rollout weight (16 for bf16, 8 for FP8, 4 for FP4), logged by the trainer."""
+SETTINGS = ("optim/lr", "staleness/mini_batches", ROLLOUT_BITS)
 """Metrics that are settings of the run rather than symptoms: the learning rate, the
 off-policy degree (policy updates per rollout) and the bits of the rollout engine's
 weights. One that moved is the cause of what follows it, and the knob to turn back."""
@@ -327,7 +329,7 @@ class DetectorsConfig:
     """More policy updates per rollout than after warm-up (≥ 1.5×): the off-policy degree
     rose, and with it the staleness r_t = π_θ/π_old of the later mini-batches."""
     rollout_precision_drop: ChangeRule = ChangeRule(
-        "engine/rollout_bits",
+        ROLLOUT_BITS,
         "train_inference",
         "down",
         R_IS,

@@ -24,6 +24,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 from monitor.importers.jsonl import _read_object
@@ -110,7 +111,7 @@ class ConsoleReader:
         parsed.add_fields(step, logs.items())  # type: ignore[arg-type]
 
 
-def parse_console(path: Any) -> Parsed:
+def parse_console(path: Path) -> Parsed:
     """Read a console log (see the module docstring for the lines it understands)."""
     parsed = Parsed(unit="metric line")
     reader = ConsoleReader()

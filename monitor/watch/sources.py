@@ -40,13 +40,15 @@ class JsonlSource:
     A line without its newline is read once it has one, or at the final poll."""
 
     whole_rows = True
+    unit = "line"
+    """What the garbage count of a poll counts."""
 
     def __init__(self, path: Path, state: dict[str, Any] | None = None) -> None:
         self.cursor = FileCursor(path, (state or {}).get("file"))
         self.lines = int((state or {}).get("lines", 0))
 
     def poll(self, final: bool = False) -> Parsed:
-        parsed = Parsed(unit="line")
+        parsed = Parsed(unit=self.unit)
         data = self.cursor.read()
         if self.cursor.offset == 0:
             self._restart()
@@ -85,14 +87,11 @@ class ConsoleSource(JsonlSource):
     lines, a Hugging Face trainer's printed log dicts, JSON lines; other text is skipped
     (monitor/importers/console.py)."""
 
+    unit = "metric line"
+
     def __init__(self, path: Path, state: dict[str, Any] | None = None) -> None:
         super().__init__(path, state)
         self.reader = ConsoleReader(int((state or {}).get("hf_logs", 0)))
-
-    def poll(self, final: bool = False) -> Parsed:
-        parsed = super().poll(final)
-        parsed.unit = "metric line"
-        return parsed
 
     def _restart(self) -> None:
         super()._restart()
