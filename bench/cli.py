@@ -16,6 +16,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "stability": ("bench.lab.stability", "the paper's matrix at small scale (resumable)"),
     "detection": ("bench.detection.cli", "detector lead time, misses, false alarms vs rlwatch"),
     "remediation": ("bench.remediation", "closed loop: runs with remediation off and on, in pairs"),
+    "remediation-noise": (
+        "bench.remediation_noise",
+        "how far apart runs end when only chance separates them (forks)",
+    ),
     "speed": ("bench.speed.cli", "diagnostics overhead, TRL comparison, engines, store"),
     "vllm": ("bench.engines", "vLLM vs PyTorch engine: rollout speed and mismatch"),
     "store": ("bench.store", "run store write throughput and 100k-step load time"),

@@ -10,7 +10,9 @@ missing ones are trained (`bench.detection.lab`). Outcomes by the detection benc
 one rule (`bench.detection.corpus.label_run`).
 
 Per pair: collapsed without and with remediation, held-out accuracy of the inference
-engine (`eval/acc`) at the end and at its best, the first precursor, the first automatic
+engine at the end (μ at the last checkpoint, re-measured with 32 responses per held-out
+prompt: `bench.lab.final_eval`; the run's own last `eval/acc` samples 2, too few to tell
+5 points apart) and at its best (`eval/acc`), the first precursor, the first automatic
 action, the recovery (the first evaluation after the action back within 5 points of the
 last one before the episode, which began `onset_margin` steps before its first alert),
 and every action with its outcome. *Rescued*: it collapses without, not with, and ends
@@ -32,6 +34,7 @@ from pathlib import Path
 
 from bench import RESULTS
 from bench.detection import corpus, lab
+from bench.lab import final_eval
 from monitor.config import MonitorConfig
 from monitor.errors import UserError
 from monitor.reader import RunReader
@@ -50,6 +53,7 @@ class Arm:
     collapsed: bool
     onset: int | None
     final_acc: float | None
+    """μ's held-out accuracy at the end: `final_eval`'s measurement, else the last eval/acc."""
     best_acc: float | None
     first_precursor: int | None = None
     first_action: int | None = None
@@ -59,6 +63,11 @@ class Arm:
     """Held-out accuracy of π itself (the trained weights, fp32) at the last checkpoint."""
     best_pi: float | None = None
     """...and at its best kept checkpoint (every 10 steps)."""
+    final_measured: bool = False
+    """final_acc is `final_eval`'s measurement (not the run's last eval/acc)."""
+    last_eval: float | None = None
+    """The run's own last eval/acc (2 responses per prompt)."""
+    evals: list[float] = field(default_factory=list, repr=False)
 
 
 def pi_accuracies(run_dir: Path) -> list[tuple[int, float]]:
@@ -99,6 +108,8 @@ def read_arm(run_dir: Path, name: str, with_pi: bool = False) -> Arm:
         onset=run.onset,
         final_acc=evals[-1][1] if evals else None,
         best_acc=max(v for _, v in evals) if evals else None,
+        last_eval=evals[-1][1] if evals else None,
+        evals=[v for _, v in evals],
         first_precursor=min((a.step for a in alerts), default=None),
         actions=[
             {
@@ -112,6 +123,8 @@ def read_arm(run_dir: Path, name: str, with_pi: bool = False) -> Arm:
             for a in actions
         ],
     )
+    if (measured := final_eval.final_accuracy(run_dir)) is not None:
+        arm.final_acc, arm.final_measured = measured[1], True
     if with_pi and (pis := pi_accuracies(run_dir)):
         arm.final_pi, arm.best_pi = pis[-1][1], max(v for _, v in pis)
     applied = [a for a in actions if a.status == "applied" and a.resolved_step is not None]
@@ -136,20 +149,36 @@ class Pair:
     off: Arm
     on: Arm
     twin_final: float | None
+    twin_last_eval: float | None = None
     collapses_without: bool = False
     rescued: bool = False
     worse_with_remediation: bool = False
+    rescued_by_last_eval: bool = False
+    """The verdicts read from the runs' own last evaluations (2 responses per prompt)."""
+    worse_by_last_eval: bool = False
 
 
 def judge(pair: Pair) -> Pair:
     pair.collapses_without = pair.off.collapsed
-    on, off = pair.on.final_acc, pair.off.final_acc
-    near_twin = on is not None and pair.twin_final is not None and on >= pair.twin_final - TOLERANCE
-    pair.rescued = pair.off.collapsed and not pair.on.collapsed and near_twin
-    pair.worse_with_remediation = (on is not None and off is not None and on < off - TOLERANCE) or (
-        pair.on.collapsed and not pair.off.collapsed
+    pair.rescued, pair.worse_with_remediation = _verdicts(
+        pair, pair.off.final_acc, pair.on.final_acc, pair.twin_final
+    )
+    pair.rescued_by_last_eval, pair.worse_by_last_eval = _verdicts(
+        pair, pair.off.last_eval, pair.on.last_eval, pair.twin_last_eval
     )
     return pair
+
+
+def _verdicts(
+    pair: Pair, off: float | None, on: float | None, twin: float | None
+) -> tuple[bool, bool]:
+    """(rescued, worse) given the final accuracies of the two arms and of the twin."""
+    near_twin = on is not None and twin is not None and on >= twin - TOLERANCE
+    rescued = pair.off.collapsed and not pair.on.collapsed and near_twin
+    worse = (on is not None and off is not None and on < off - TOLERANCE) or (
+        pair.on.collapsed and not pair.off.collapsed
+    )
+    return rescued, worse
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -160,6 +189,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--no-train", action="store_true", help="only report the runs that exist")
     p.add_argument("--no-pi", action="store_true", help="skip π's accuracy at the kept checkpoints")
+    p.add_argument(
+        "--no-final", action="store_true", help="measure no final accuracy (read the cached ones)"
+    )
     p.add_argument("--out", default=str(RESULTS / "remediation.md"))
     return p
 
@@ -172,29 +204,54 @@ def main(argv: list[str]) -> int:
     if not args.no_train:
         lab.run_lab(names, args.seeds, off_dir, args.jobs)
         lab.run_lab(names, args.seeds, on_dir, args.jobs, ["train.remediation=true"])
-    pairs = []
-    for name in names:
-        for seed in args.seeds:
-            off, on = off_dir / name / f"seed{seed}", on_dir / name / f"seed{seed}"
-            if not (lab.finished(off) and lab.finished(on)):
-                continue
-            twin = on_dir / TWINS.get(name, "stable_base") / f"seed{seed}"
-            twin_final = read_arm(twin, "twin").final_acc if lab.finished(twin) else None
-            pair = Pair(
-                name,
-                seed,
-                name.startswith("stable"),
-                read_arm(off, f"{name}/seed{seed}", not args.no_pi),
-                read_arm(on, f"{name}/seed{seed}", not args.no_pi),
-                twin_final,
-            )
-            pairs.append(judge(pair))
+    found = [
+        (name, seed, off_dir / name / f"seed{seed}", on_dir / name / f"seed{seed}")
+        for name in names
+        for seed in args.seeds
+        if lab.finished(off_dir / name / f"seed{seed}")
+        and lab.finished(on_dir / name / f"seed{seed}")
+    ]
+    if not args.no_final:  # every off arm; an on arm only where remediation changed it
+        final_eval.measure([d for _, _, off, on in found for d in (off, on) if _acted(d)])
+    pairs, arms = [], {}
+    for name, seed, off, on in found:
+        arms[off] = read_arm(off, f"{name}/seed{seed}", not args.no_pi)
+        arms[on] = _final_from_off(read_arm(on, f"{name}/seed{seed}", not args.no_pi), arms[off])
+    for name, seed, off, on in found:
+        twin = arms.get(on_dir / TWINS.get(name, "stable_base") / f"seed{seed}")
+        pair = Pair(
+            name,
+            seed,
+            name.startswith("stable"),
+            arms[off],
+            arms[on],
+            twin.final_acc if twin else None,
+            twin.last_eval if twin else None,
+        )
+        pairs.append(judge(pair))
     if not pairs:
         raise UserError(f"no finished pairs under {off_dir} and {on_dir}")
     command = "minirl bench remediation " + shlex.join(argv)
     write(pairs, command.strip(), Path(args.out))
     print(f"wrote {args.out}")
     return 0
+
+
+def _acted(run_dir: Path) -> bool:
+    """Not an on arm where remediation took no action: such an arm is the same run as
+    its off arm, whose measurement it shares (`_final_from_off`)."""
+    if not run_dir.parent.parent.name.endswith("-remediation"):
+        return True
+    with RunReader(run_dir) as reader:
+        return any(a.source == "policy" for a in reader.actions())
+
+
+def _final_from_off(on: Arm, off: Arm) -> Arm:
+    """An on arm without an action and the same evaluations as its off arm takes the off
+    arm's final measurement (the two are one run); any other keeps its own."""
+    if not on.actions and on.evals == off.evals and not on.final_measured:
+        on.final_acc, on.final_measured = off.final_acc, off.final_measured
+    return on
 
 
 def _acc(x: float | None) -> str:
@@ -217,8 +274,13 @@ def write(pairs: list[Pair], command: str, out: Path) -> None:
         "",
         f"Command: `{command}`. Same config and seed in both arms; the arm without "
         "remediation is the detection benchmark's run. Accuracies are held-out accuracy of "
-        "the inference engine (`eval/acc`, μ: what the run serves), and π's (the trained "
-        "weights in fp32, sampled on the same held-out prompts at each kept checkpoint).",
+        "the inference engine (μ: what the run serves) and of π (the trained weights in "
+        "fp32, sampled on the same held-out prompts at each kept checkpoint). *Final* is μ "
+        f"at the last checkpoint measured with {final_eval.FINAL_SAMPLES} responses per "
+        "held-out prompt (`bench.lab.final_eval`); *last eval* is the run's own last "
+        "`eval/acc` (2 per prompt: a standard error of ≈ 2.5 points); *best* is the best "
+        "`eval/acc`. The verdicts read *final*; the ones the last evaluations give are "
+        "beside them.",
         "",
         "| | result | goal |",
         "|---|---|---|",
@@ -227,21 +289,25 @@ def write(pairs: list[Pair], command: str, out: Path) -> None:
         f"| pairs where remediation did worse | "
         f"{sum(p.worse_with_remediation for p in pairs)}/{len(pairs)} | 0 |",
         f"| stable runs without any automatic action | {len(quiet)}/{len(stable)} | ≥ 90 % |",
+        f"| the same two verdicts by the runs' last evaluations | rescued "
+        f"{sum(p.rescued_by_last_eval for p in collapsing)}/{len(collapsing)}, worse "
+        f"{sum(p.worse_by_last_eval for p in pairs)}/{len(pairs)} | |",
         f"| pairs where π (the trained weights) ended more than 5 points lower with "
         f"remediation | {_worse_pi(pairs)} | (not a goal: the verdicts above read μ) |",
         "",
         "## Pairs",
         "",
         "| config | seed | collapses without | with: collapses | final acc off / on (twin) "
-        "| best off / on | π final off / on | π best off / on "
+        "| last eval off / on (twin) | best off / on | π final off / on | π best off / on "
         "| first precursor → first action → recovered | rescued | worse |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for p in pairs:
         lines.append(
             f"| {p.config} | {p.seed} | {p.off.onset if p.off.collapsed else 'no'} | "
             f"{p.on.onset if p.on.collapsed else 'no'} | {_acc(p.off.final_acc)} / "
-            f"{_acc(p.on.final_acc)} ({_acc(p.twin_final)}) | {_acc(p.off.best_acc)} / "
+            f"{_acc(p.on.final_acc)} ({_acc(p.twin_final)}) | {_acc(p.off.last_eval)} / "
+            f"{_acc(p.on.last_eval)} ({_acc(p.twin_last_eval)}) | {_acc(p.off.best_acc)} / "
             f"{_acc(p.on.best_acc)} | {_acc(p.off.final_pi)} / {_acc(p.on.final_pi)} | "
             f"{_acc(p.off.best_pi)} / {_acc(p.on.best_pi)} | "
             f"{p.on.first_precursor} → {p.on.first_action} → "
@@ -285,6 +351,13 @@ def _pair_json(p: Pair) -> dict:
         "worse_with_remediation": p.worse_with_remediation,
         "final_acc_off": p.off.final_acc,
         "final_acc_on": p.on.final_acc,
+        "final_acc_measured": p.off.final_measured and p.on.final_measured,
+        "final_samples_per_prompt": final_eval.FINAL_SAMPLES,
+        "last_eval_off": p.off.last_eval,
+        "last_eval_on": p.on.last_eval,
+        "twin_last_eval": p.twin_last_eval,
+        "rescued_by_last_eval": p.rescued_by_last_eval,
+        "worse_by_last_eval": p.worse_by_last_eval,
         "best_acc_off": p.off.best_acc,
         "best_acc_on": p.on.best_acc,
         "final_pi_off": p.off.final_pi,

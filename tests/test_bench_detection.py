@@ -173,3 +173,35 @@ def test_pi_accuracies_are_cached_per_kept_checkpoints(tmp_path, monkeypatch):
     assert pi_accuracies(tmp_path)[-1] == (30, 0.3) and calls[-1] == [10, 20, 30]
     (tmp_path / PI_CACHE).write_text("{torn")
     assert pi_accuracies(tmp_path) == [(10, 0.1), (20, 0.2), (30, 0.3)] and len(calls) == 3
+
+
+def test_final_eval_measures_what_the_run_measured_at_its_end(tiny_config, monkeypatch):
+    """Re-measured with the run's own evaluation settings, the last checkpoint gives the
+    run's last eval/acc exactly: the weights, the rollout precision the run ended in (an
+    incident switched it to FP4 here, the config says bf16 weights) and the task are
+    the run's. With more samples it is cached per (checkpoint, samples, seed)."""
+    import trainer.incidents
+    from bench.lab import final_eval
+    from trainer.run import train
+
+    fp4 = {"step": 2, "kind": "set_rollout_quant", "params": {"weight_quant": "fp4"}, "note": ""}
+    cfg = tiny_config(train={"steps": 4, "incidents": [fp4]}, eval={"every": 2, "samples": 2})
+    train(cfg, progress=False)
+    synced = []
+    real_sync = trainer.incidents.apply_rollout_quant
+    monkeypatch.setattr(
+        trainer.incidents,
+        "apply_rollout_quant",
+        lambda engine, model, quant: synced.append(quant) or real_sync(engine, model, quant),
+    )
+    run = cfg.resolved_run_dir
+    with RunReader(run) as reader:
+        steps, accs = reader.scalars("eval/acc")["eval/acc"]
+    assert steps[-1] == 4
+    final_eval.measure([run], samples=2, seed=cfg.eval.seed)
+    assert final_eval.final_accuracy(run, 2, cfg.eval.seed) == (4, accs[-1])
+    assert synced == ["fp4"]  # the precision the run ended in, not the config's
+    assert final_eval.final_accuracy(run) is None  # not measured with FINAL_SAMPLES yet
+    final_eval.measure([run], samples=6, seed=7)
+    step, acc = final_eval.final_accuracy(run, 6, 7)
+    assert step == 4 and 0.0 <= acc <= 1.0 and acc * 6 * 16 == pytest.approx(round(acc * 96))

@@ -39,9 +39,12 @@ def finished(run_dir: Path) -> bool:
         return False
 
 
-def run_one(config: str, seed: int, out: Path, overrides: Sequence[str] = ()) -> tuple[str, int]:
-    """Train (or resume) one run; returns (run dir, exit code)."""
-    run_dir = out / config / f"seed{seed}"
+def run_one(
+    config: str, seed: int, out: Path, overrides: Sequence[str] = (), run_dir: Path | None = None
+) -> tuple[str, int]:
+    """Train (or resume) one run in `run_dir` (default `<out>/<config>/seed<k>`); returns
+    (run dir, exit code)."""
+    run_dir = run_dir or out / config / f"seed{seed}"
     if finished(run_dir):
         return str(run_dir), 0
     resume = (run_dir / "checkpoints").is_dir() and any((run_dir / "checkpoints").iterdir())
