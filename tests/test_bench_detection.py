@@ -15,6 +15,7 @@ from bench.detection import corpus, monitors
 from bench.detection.score import LEAD_GOAL, RunScore, score_run, summarise
 from bench.remediation import Arm, Pair, judge, read_arm
 from monitor import Monitor, RunReader
+from monitor.errors import UserError
 
 
 def _stream(n: int, collapse_at: int | None, shift_at: int | None, seed: int = 0):
@@ -121,6 +122,31 @@ def test_remediation_pairs_are_judged_by_outcome_and_twin():
     assert harmed.worse_with_remediation
 
 
+def test_the_verdicts_read_the_measured_final_accuracy_and_report_the_last_eval_beside():
+    """A pair 7 points apart by the runs' last evaluations and 1 point apart by the final
+    measurement is not worse; the last-eval verdict says it would have been."""
+    off = Arm("r", False, None, 0.44, 0.5, final_measured=True, last_eval=0.43)
+    on = Arm("r", False, None, 0.43, 0.5, final_measured=True, last_eval=0.36)
+    pair = judge(Pair("is_off", 6, False, off, on, 0.40, twin_last_eval=0.37))
+    assert not pair.worse_with_remediation and pair.worse_by_last_eval
+    collapsed = Arm("r", True, 50, 0.0, 0.4, final_measured=True, last_eval=0.0)
+    near = Arm("r", False, None, 0.41, 0.5, final_measured=True, last_eval=0.30)
+    rescue = judge(Pair("stale8x", 3, False, collapsed, near, 0.44, twin_last_eval=0.36))
+    assert rescue.rescued and not rescue.rescued_by_last_eval  # 0.30 < 0.36 - 0.05
+
+
+def test_an_on_arm_without_an_action_shares_its_off_arms_measurement():
+    from bench.remediation import _final_from_off
+
+    off = Arm("r", False, None, 0.47, 0.5, final_measured=True, evals=[0.2, 0.4])
+    same = _final_from_off(Arm("r", False, None, 0.40, 0.5, evals=[0.2, 0.4]), off)
+    assert (same.final_acc, same.final_measured) == (0.47, True)
+    acted = Arm("r", False, None, 0.40, 0.5, evals=[0.2, 0.4], actions=[{"kind": "set_clip"}])
+    assert _final_from_off(acted, off).final_acc == 0.40  # a changed run is its own
+    diverged = _final_from_off(Arm("r", False, None, 0.40, 0.5, evals=[0.2, 0.3]), off)
+    assert not diverged.final_measured
+
+
 def test_read_arm_finds_precursor_action_and_recovery(tmp_path):
     mon = Monitor(tmp_path / "r", controls={"is_policy": "none", "clip": True}, remediation=True)
     for step in range(80):
@@ -205,3 +231,34 @@ def test_final_eval_measures_what_the_run_measured_at_its_end(tiny_config, monke
     final_eval.measure([run], samples=6, seed=7)
     step, acc = final_eval.final_accuracy(run, 6, 7)
     assert step == 4 and 0.0 <= acc <= 1.0 and acc * 6 * 16 == pytest.approx(round(acc * 96))
+
+
+def test_a_fork_continues_from_its_checkpoint_with_another_seed(tiny_config):
+    """remediation-noise's fork: the copy stands as the run stood at the checkpoint (no
+    stop, no later step once resumed), and resumed with another seed it reruns the
+    later steps on other prompts and samples."""
+    import dataclasses
+
+    from bench.detection import lab
+    from bench.remediation_noise import FORK_SEED, fork
+    from trainer.run import train
+
+    cfg = tiny_config(train={"steps": 4})
+    train(cfg, progress=False)
+    run = cfg.resolved_run_dir
+    forked = run.with_name("fork")
+    fork(run, forked, 2)
+    assert lab.finished(run) and not lab.finished(forked)
+    assert sorted(p.name for p in (forked / "checkpoints").iterdir()) == ["step_000002.pt"]
+    again = dataclasses.replace(cfg, seed=cfg.seed + FORK_SEED, run_dir=str(forked))
+    train(again, resume=True, progress=False)
+    assert lab.finished(forked)
+    with RunReader(run) as a, RunReader(forked) as b:
+        sa, va = a.scalars("reward/mean")["reward/mean"]
+        sb, vb = b.scalars("reward/mean")["reward/mean"]
+        assert sa.tolist() == sb.tolist() == [1, 2, 3, 4]
+        assert va[:2].tolist() == vb[:2].tolist()  # the steps before the fork are its own
+        ra, rb = (r.scalars("response/length_mean")["response/length_mean"][1] for r in (a, b))
+    assert (va[2:] != vb[2:]).any() or (ra[2:] != rb[2:]).any()  # other prompts, samples
+    with pytest.raises(UserError, match="no checkpoint at step 3"):
+        fork(run, run.with_name("f3"), 3)
