@@ -365,6 +365,11 @@ def _pair_json(p: Pair) -> dict:
         "best_pi_off": p.off.best_pi,
         "best_pi_on": p.on.best_pi,
         "twin_final_acc": p.twin_final,
-        "off": asdict(p.off),
-        "on": asdict(p.on),
+        "off": _arm_json(p.off),
+        "on": _arm_json(p.on),
     }
+
+
+def _arm_json(arm: Arm) -> dict:
+    """An arm's fields but its evaluation series (the table has what matters of it)."""
+    return {k: v for k, v in asdict(arm).items() if k != "evals"}

@@ -262,3 +262,20 @@ def test_a_fork_continues_from_its_checkpoint_with_another_seed(tiny_config):
     assert (va[2:] != vb[2:]).any() or (ra[2:] != rb[2:]).any()  # other prompts, samples
     with pytest.raises(UserError, match="no checkpoint at step 3"):
         fork(run, run.with_name("f3"), 3)
+
+
+def test_an_interrupted_lab_run_is_resumed_not_taken_as_finished(tmp_path):
+    """The lab runner skips finished runs: a run stopped by Ctrl-C or SIGTERM records a
+    stop event too, and must be resumed, not skipped (nor scored at its last checkpoint)."""
+    from bench.detection import lab
+
+    mon = Monitor(tmp_path / "r")
+    mon.log(0, {"reward/mean": 0.5})
+    mon.event("stop", {"reason": "interrupted", "step": 0})
+    mon.close()
+    assert not lab.finished(tmp_path / "r")
+    mon = Monitor(tmp_path / "r", resume=True)
+    mon.log(1, {"reward/mean": 0.5})
+    mon.event("stop", {"reason": "completed", "step": 1})
+    mon.close()
+    assert lab.finished(tmp_path / "r")

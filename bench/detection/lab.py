@@ -29,14 +29,16 @@ def configs() -> list[str]:
 
 
 def finished(run_dir: Path) -> bool:
-    """A run whose store records a stop event (completed, stopped or non-finite)."""
+    """A run whose last stop event says it ended (completed, stopped by an action, or
+    non-finite): one interrupted (Ctrl-C, SIGTERM) is resumed, not finished."""
     if not (run_dir / "store.sqlite").exists():
         return False
     try:
         with RunReader(run_dir) as reader:
-            return bool(reader.events("stop"))
+            stops = reader.events("stop")
     except Exception:  # an unreadable store is rerun from scratch by the caller
         return False
+    return bool(stops) and stops[-1].detail.get("reason") != "interrupted"
 
 
 def run_one(
