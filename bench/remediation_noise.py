@@ -125,6 +125,21 @@ def write(results: list[dict], command: str, out: Path) -> None:
         f"- gap fork − run: mean {statistics.mean(gaps) * 100:+.1f} points, standard "
         f"deviation {statistics.pstdev(gaps) * 100:.1f}, range "
         f"{min(gaps) * 100:+.1f} to {max(gaps) * 100:+.1f}",
+    ]
+    for name in dict.fromkeys(r["fork"] for r in results):
+        group = [r["forked"] - r["run"] for r in results if r["fork"] == name]
+        lines.append(
+            f"- {name}: {len(group)} forks, standard deviation "
+            f"{statistics.pstdev(group) * 100:.1f} points; more than {TOLERANCE * 100:g} "
+            f"lower {sum(g < -TOLERANCE for g in group)}, lowest {min(group) * 100:+.1f}"
+        )
+    lines += [
+        "",
+        "How to read it: the remediation benchmark calls a pair worse when the run with "
+        f"remediation ends more than {TOLERANCE * 100:g} points below the run without it. "
+        "A fork is that comparison with an action that does nothing: the share of forks "
+        "ending that far below their run is how often a pair would be called worse by "
+        "chance alone, from the step its arms part.",
         "",
         "| fork | seed | run final | fork final | gap (points) |",
         "|---|---|---|---|---|",
