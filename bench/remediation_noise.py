@@ -59,8 +59,12 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="minirl bench remediation-noise", description=__doc__.split("\n")[0]
     )
-    p.add_argument("--forks", nargs="+", default=["is_off@80", "fp4_no_is@40"],
-                   help="CONFIG@STEP: fork that config's runs at that checkpoint")  # fmt: skip
+    p.add_argument(
+        "--forks",
+        nargs="+",
+        default=["is_off@80", "fp4_no_is@40"],
+        help="CONFIG@STEP: fork that config's runs at that checkpoint",
+    )
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     p.add_argument("--runs", default="runs/incidents", help="runs without remediation")
     p.add_argument("--jobs", type=int, default=2)
