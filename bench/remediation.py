@@ -70,15 +70,18 @@ class Arm:
     evals: list[float] = field(default_factory=list, repr=False)
 
 
-def pi_accuracies(run_dir: Path) -> list[tuple[int, float]]:
+def pi_accuracies(run_dir: Path, measure: bool = True) -> list[tuple[int, float]]:
     """(step, π's held-out accuracy) at every checkpoint the run kept, cached in the run
-    directory (`PI_CACHE`, remeasured when the kept checkpoints change)."""
+    directory (`PI_CACHE`, remeasured when the kept checkpoints change; with `measure`
+    False, [] instead)."""
     from bench.lab import policy_eval
     from trainer.checkpoints import list_checkpoints
 
     steps = sorted(list_checkpoints(run_dir))
     cached = policy_eval.read_cache(run_dir / PI_CACHE)
     if cached.get("steps") != steps:
+        if not measure:
+            return []
         pis = policy_eval.eval_policy_at(run_dir, list(steps)) if steps else []
         cached = {"steps": steps, "pi": pis}
         policy_eval.write_cache(run_dir / PI_CACHE, cached)
@@ -86,7 +89,8 @@ def pi_accuracies(run_dir: Path) -> list[tuple[int, float]]:
 
 
 def read_arm(run_dir: Path, name: str, with_pi: bool = False) -> Arm:
-    """One run's outcome and its remediation history (and π's accuracy, `with_pi`)."""
+    """One run's outcome and its remediation history, and π's accuracy where measured
+    (`with_pi`: measure it where it is not)."""
     with RunReader(run_dir) as reader, reader.snapshot():
         series = reader.scalars(reader.metric_names())
         alerts = reader.alerts(min_severity="warning")
@@ -125,7 +129,7 @@ def read_arm(run_dir: Path, name: str, with_pi: bool = False) -> Arm:
     )
     if (measured := final_eval.final_accuracy(run_dir)) is not None:
         arm.final_acc, arm.final_measured = measured[1], True
-    if with_pi and (pis := pi_accuracies(run_dir)):
+    if pis := pi_accuracies(run_dir, measure=with_pi):
         arm.final_pi, arm.best_pi = pis[-1][1], max(v for _, v in pis)
     applied = [a for a in actions if a.status == "applied" and a.resolved_step is not None]
     if applied:
@@ -188,7 +192,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", default="runs/incidents", help="runs without remediation")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--no-train", action="store_true", help="only report the runs that exist")
-    p.add_argument("--no-pi", action="store_true", help="skip π's accuracy at the kept checkpoints")
+    p.add_argument(
+        "--no-pi", action="store_true", help="measure no π (read the cached measurements)"
+    )
     p.add_argument(
         "--no-final", action="store_true", help="measure no final accuracy (read the cached ones)"
     )

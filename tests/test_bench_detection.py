@@ -198,7 +198,9 @@ def test_pi_accuracies_are_cached_per_kept_checkpoints(tmp_path, monkeypatch):
     kept[30] = "c"
     assert pi_accuracies(tmp_path)[-1] == (30, 0.3) and calls[-1] == [10, 20, 30]
     (tmp_path / PI_CACHE).write_text("{torn")
+    assert pi_accuracies(tmp_path, measure=False) == [] and len(calls) == 2  # --no-pi
     assert pi_accuracies(tmp_path) == [(10, 0.1), (20, 0.2), (30, 0.3)] and len(calls) == 3
+    assert pi_accuracies(tmp_path, measure=False)[-1] == (30, 0.3)  # read, not measured
 
 
 def test_final_eval_measures_what_the_run_measured_at_its_end(tiny_config, monkeypatch):
