@@ -86,16 +86,17 @@ def main(argv: list[str]) -> int:
             run, forked = runs / config / f"seed{seed}", out_dir / name / f"seed{seed}"
             if not lab.finished(run):
                 continue
-            if not forked.is_dir():
+            if not (forked / "store.sqlite").exists():  # the store is copied last
                 fork(run, forked, step)
             rows.append((name, seed, run, forked))
+
+    def continue_fork(row: tuple[str, int, Path, Path]) -> tuple[str, int]:
+        name, seed, _, forked = row
+        config, overrides = name.split("@")[0], [f"seed={seed + FORK_SEED}"]
+        return lab.run_one(config, seed, out_dir, overrides, run_dir=forked)
+
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        for run_dir, rc in pool.map(
-            lambda r: lab.run_one(
-                r[0].split("@")[0], r[1], out_dir, [f"seed={r[1] + FORK_SEED}"], run_dir=r[3]
-            ),
-            rows,
-        ):
+        for run_dir, rc in pool.map(continue_fork, rows):
             print(f"{run_dir}: {'ok' if rc == 0 else f'exit {rc} (see its train.log)'}")
     done = [r for r in rows if lab.finished(r[3])]
     final_eval.measure([d for r in done for d in (r[2], r[3])])
