@@ -127,8 +127,7 @@ def read_arm(run_dir: Path, name: str, with_pi: bool = False) -> Arm:
             for a in actions
         ],
     )
-    if (measured := final_eval.final_accuracy(run_dir)) is not None:
-        arm.final_acc, arm.final_measured = measured[1], True
+    _read_final(arm, run_dir)
     if pis := pi_accuracies(run_dir, measure=with_pi):
         arm.final_pi, arm.best_pi = pis[-1][1], max(v for _, v in pis)
     applied = [a for a in actions if a.status == "applied" and a.resolved_step is not None]
@@ -217,12 +216,15 @@ def main(argv: list[str]) -> int:
         if lab.finished(off_dir / name / f"seed{seed}")
         and lab.finished(on_dir / name / f"seed{seed}")
     ]
+    arms = {d: read_arm(d, f"{n}/seed{s}", not args.no_pi) for n, s, *both in found for d in both}
     if not args.no_final:  # every off arm; an on arm only where remediation changed it
-        final_eval.measure([d for _, _, off, on in found for d in (off, on) if _acted(d)])
-    pairs, arms = [], {}
-    for name, seed, off, on in found:
-        arms[off] = read_arm(off, f"{name}/seed{seed}", not args.no_pi)
-        arms[on] = _final_from_off(read_arm(on, f"{name}/seed{seed}", not args.no_pi), arms[off])
+        todo = [d for _, _, off, on in found for d in (off, on) if d == off or arms[d].actions]
+        final_eval.measure(todo)
+        for d in todo:
+            _read_final(arms[d], d)
+    for _, _, off, on in found:  # before any pair reads an on arm as a twin
+        _final_from_off(arms[on], arms[off])
+    pairs = []
     for name, seed, off, on in found:
         twin = arms.get(on_dir / TWINS.get(name, "stable_base") / f"seed{seed}")
         pair = Pair(
@@ -243,13 +245,10 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _acted(run_dir: Path) -> bool:
-    """Not an on arm where remediation took no action: such an arm is the same run as
-    its off arm, whose measurement it shares (`_final_from_off`)."""
-    if not run_dir.parent.parent.name.endswith("-remediation"):
-        return True
-    with RunReader(run_dir) as reader:
-        return any(a.source == "policy" for a in reader.actions())
+def _read_final(arm: Arm, run_dir: Path) -> None:
+    """The arm's final accuracy is `final_eval`'s measurement where there is one."""
+    if (measured := final_eval.final_accuracy(run_dir)) is not None:
+        arm.final_acc, arm.final_measured = measured[1], True
 
 
 def _final_from_off(on: Arm, off: Arm) -> Arm:

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench.lab.policy_eval import read_cache, write_cache
+from bench.lab.policy_eval import load_run, read_cache, write_cache
 
 CACHE = "final_eval.json"
 FINAL_SAMPLES = 32
@@ -56,15 +56,10 @@ def measure(
     `samples` responses per prompt and `seed`) and cache the result in its directory."""
     import torch
 
-    from monitor.safe_yaml import read_yaml_mapping
     from trainer.checkpoints import controls_from_data, list_checkpoints, load_checkpoint
-    from trainer.coldstart import cold_start
-    from trainer.config import config_from_dict
     from trainer.engines.factory import make_inference_engine
     from trainer.evaluate import evaluate
     from trainer.incidents import apply_rollout_quant
-    from trainer.models import load_policy
-    from trainer.run import CONFIG_FILE
     from trainer.tasks import make_task
 
     engine = None
@@ -73,20 +68,14 @@ def measure(
             steps = list_checkpoints(run_dir)
             if not steps or final_accuracy(run_dir, samples, seed) is not None:
                 continue
-            data = read_yaml_mapping(run_dir / CONFIG_FILE, "config")
-            data.pop("monitor", None)  # not read here; older runs name retired detectors
-            cfg = config_from_dict(data)
-            start = cold_start(
-                cfg.model, cfg.task, cfg.cold_start, eval_cfg=cfg.eval, progress=False
-            )
-            model, tokenizer = load_policy(start.path, cfg.engine.train_dtype)
+            cfg, start, model, tokenizer = load_run(run_dir)
             step = max(steps)
             payload = load_checkpoint(steps[step])
             model.load_state_dict(payload["policy"]["model"])
             quant = controls_from_data(payload["controls"], cfg.engine.weight_quant).rollout_quant
             if engine is None:
                 engine_cfg = dataclasses.replace(cfg.engine, weight_quant=quant)
-                engine = make_inference_engine(start.path, engine_cfg)
+                engine = make_inference_engine(start, engine_cfg)
             apply_rollout_quant(engine, model, quant)  # synced and verified
             eval_cfg = dataclasses.replace(cfg.eval, mode="sampled", samples=samples)
             with torch.no_grad():

@@ -46,27 +46,35 @@ def load_policy_evals(lab_dir: Path) -> dict[str, dict[str, Any]]:
     return read_cache(Path(lab_dir) / CACHE)
 
 
-def eval_policy_at(run_dir: Path, steps: list[int | None]) -> list[float]:
-    """Sampled held-out accuracy of π at each checkpoint step (None: the cold start),
-    loading the run's model once."""
-    import torch  # here, so that the report (which reads the cache) needs no torch
-
+def load_run(run_dir: Path) -> tuple[Any, Path, Any, Any]:
+    """A run's own resolved config, its cold-start checkpoint and the policy model and
+    tokenizer loaded from that checkpoint (the weights a run's checkpoints replace).
+    The config is read less its monitor section: measuring a run does not read it, and
+    runs of older revisions name detectors this one no longer has."""
     from monitor.safe_yaml import read_yaml_mapping
-    from trainer.checkpoints import list_checkpoints, load_checkpoint
     from trainer.coldstart import cold_start
     from trainer.config import config_from_dict
-    from trainer.evaluate import policy_accuracy
     from trainer.models import load_policy
     from trainer.run import CONFIG_FILE
-    from trainer.tasks import make_task
 
-    # The run's own resolved config, less its monitor section: π's evaluation does not
-    # read it, and runs of older revisions name detectors this one no longer has.
     data = read_yaml_mapping(Path(run_dir) / CONFIG_FILE, "config")
     data.pop("monitor", None)
     cfg = config_from_dict(data)
     start = cold_start(cfg.model, cfg.task, cfg.cold_start, eval_cfg=cfg.eval, progress=False)
     model, tokenizer = load_policy(start.path, cfg.engine.train_dtype)
+    return cfg, start.path, model, tokenizer
+
+
+def eval_policy_at(run_dir: Path, steps: list[int | None]) -> list[float]:
+    """Sampled held-out accuracy of π at each checkpoint step (None: the cold start),
+    loading the run's model once."""
+    import torch  # here, so that the report (which reads the cache) needs no torch
+
+    from trainer.checkpoints import list_checkpoints, load_checkpoint
+    from trainer.evaluate import policy_accuracy
+    from trainer.tasks import make_task
+
+    cfg, _, model, tokenizer = load_run(run_dir)
     cold = {k: v.clone() for k, v in model.state_dict().items()}
     task, ckpts, out = make_task(cfg.task), list_checkpoints(run_dir), []
     for step in steps:

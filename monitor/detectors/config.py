@@ -203,6 +203,18 @@ class NonFiniteRule:
     enabled: bool = True
 
 
+def setting_rule(
+    metric: str, factor: Factor, direction: Literal["up", "down"], remedy: str, fold: float
+) -> ChangeRule:
+    """A change rule on a setting of the run (`SETTINGS`). A setting is exact, not a noisy
+    estimate, so its change is known the step it happens: no median of the last points
+    and no persistence (which guard the other rules against noise and would only delay
+    this one by 3-5 steps, most of the lead before a fast collapse); spread floor 1 %."""
+    return ChangeRule(
+        metric, factor, direction, remedy, min_change=fold, recent=1, persist=1, sigma_floor=0.01
+    )
+
+
 # ---------------------------------------------------------------------------- the defaults
 @dataclass(frozen=True)
 class DetectorsConfig:
@@ -299,44 +311,18 @@ class DetectorsConfig:
         "response/len_mean", "optimisation", "up", R_OPTIM, floor=1.0, min_change=2.25
     )
     """Mean response length ≥ 1.5× its baseline (runaway generations)."""
-    # --- warning: a setting that moved (SETTINGS). A setting is exact, not a noisy
-    # estimate, so its change is known the step it happens: no median of the last points
-    # and no persistence (which guard the other rules against noise and would only delay
-    # this one by 3-5 steps, most of the lead before a fast collapse); spread floor 1 %.
-    lr_rise: ChangeRule = ChangeRule(
-        "optim/lr",
-        "optimisation",
-        "up",
-        R_OPTIM,
-        min_change=1.2,
-        recent=1,
-        persist=1,
-        sigma_floor=0.01,
-    )
+    # --- warning: a setting that moved (SETTINGS; read as exact: `setting_rule`)
+    lr_rise: ChangeRule = setting_rule("optim/lr", "optimisation", "up", R_OPTIM, fold=1.2)
     """The learning rate ≥ 1.2× its level after warm-up: a schedule that keeps raising it
     (a warm-up schedule longer than the detectors' own warm-up shows here too, and the
     message says by how much)."""
-    mini_batches_rise: ChangeRule = ChangeRule(
-        "staleness/mini_batches",
-        "staleness",
-        "up",
-        R_STALE,
-        min_change=1.5,
-        recent=1,
-        persist=1,
-        sigma_floor=0.01,
+    mini_batches_rise: ChangeRule = setting_rule(
+        "staleness/mini_batches", "staleness", "up", R_STALE, fold=1.5
     )
     """More policy updates per rollout than after warm-up (≥ 1.5×): the off-policy degree
     rose, and with it the staleness r_t = π_θ/π_old of the later mini-batches."""
-    rollout_precision_drop: ChangeRule = ChangeRule(
-        ROLLOUT_BITS,
-        "train_inference",
-        "down",
-        R_IS,
-        min_change=1.5,
-        recent=1,
-        persist=1,
-        sigma_floor=0.01,
+    rollout_precision_drop: ChangeRule = setting_rule(
+        ROLLOUT_BITS, "train_inference", "down", R_IS, fold=1.5
     )
     """The rollout engine's weights rounded coarser than after warm-up (bf16 -> FP8 halves
     the bits): the training-inference mismatch ρ_t = π_old/μ_old is about to grow."""

@@ -22,12 +22,11 @@ starts like a metric line and cannot be read is garbage.
 from __future__ import annotations
 
 import ast
-import json
 import re
 from pathlib import Path
 from typing import Any
 
-from monitor.importers.jsonl import _read_object
+from monitor.importers.jsonl import read_line
 from monitor.importers.parsed import Parsed, as_step
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -59,13 +58,7 @@ class ConsoleReader:
         """Add the metrics of one line of text to `parsed` (see the module docstring)."""
         text = _ANSI.sub("", line).strip()
         if text.startswith('{"'):
-            parsed.units += 1
-            try:
-                obj = json.loads(text)
-            except (ValueError, RecursionError):
-                parsed.bad(where, "starts like a JSON object and is not one")
-                return
-            _read_object(obj, where, parsed)
+            read_line(text, where, parsed)
             return
         verl = _VERL.search(text)
         if verl is not None:

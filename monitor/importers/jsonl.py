@@ -86,19 +86,25 @@ def parse_jsonl(path: Path) -> Parsed:
                 _read_object(entry, f"log_history[{i}]", parsed)
             return parsed
     for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        parsed.units += 1
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as err:
-            parsed.bad(f"line {lineno}", f"not JSON ({err.msg})")
-            continue
-        except ValueError as err:  # an integer of more than 4300 digits
-            parsed.bad(f"line {lineno}", f"not readable JSON ({str(err).split(':')[0]})")
-            continue
-        except RecursionError:
-            parsed.bad(f"line {lineno}", "JSON nested too deeply")
-            continue
-        _read_object(obj, f"line {lineno}", parsed)
+        if line.strip():
+            read_line(line, f"line {lineno}", parsed)
     return parsed
+
+
+def read_line(line: str | bytes, where: str, parsed: Parsed) -> None:
+    """One line of a JSON Lines log into `parsed`: a unit, and garbage unless it is a
+    JSON object with a step (the file importer, `minirl watch` and console logs read
+    their JSON lines with it)."""
+    parsed.units += 1
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as err:
+        parsed.bad(where, f"not JSON ({err.msg})")
+        return
+    except ValueError as err:  # an integer of more than 4300 digits, bytes not UTF-8
+        parsed.bad(where, f"not readable JSON ({str(err).split(':')[0]})")
+        return
+    except RecursionError:
+        parsed.bad(where, "JSON nested too deeply")
+        return
+    _read_object(obj, where, parsed)

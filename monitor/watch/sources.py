@@ -11,7 +11,6 @@ restores the source after a restart (see files.py for truncation and rotation).
 
 from __future__ import annotations
 
-import json
 import struct
 import time
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Any, Protocol
 from monitor.errors import UserError
 from monitor.importers import Parsed
 from monitor.importers.console import ConsoleReader
-from monitor.importers.jsonl import _read_object
+from monitor.importers.jsonl import read_line
 from monitor.importers.tensorboard import WireError, _read_event, masked_crc
 from monitor.watch.files import FileCursor
 
@@ -67,13 +66,7 @@ class JsonlSource:
         self.lines = 0
 
     def _line(self, line: bytes, where: str, parsed: Parsed) -> None:
-        parsed.units += 1
-        try:
-            obj = json.loads(line)
-        except ValueError as err:
-            parsed.bad(where, f"not JSON ({err})")
-            return
-        _read_object(obj, where, parsed)
+        read_line(line, where, parsed)
 
     def state(self) -> dict[str, Any]:
         return {"file": self.cursor.state(), "lines": self.lines}
