@@ -291,3 +291,15 @@ def test_watch_loads_no_torch(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr
+
+
+def test_a_json_line_nested_too_deeply_is_garbage_to_the_watch_not_a_crash(tmp_path):
+    """The watch reads JSON lines with the importer's reader: a line too deep for the json
+    module (RecursionError, not a ValueError) is one garbage line, and the next is read."""
+    from monitor.watch.sources import JsonlSource
+
+    log = tmp_path / "m.jsonl"
+    log.write_text("[" * 100_000 + "]" * 100_000 + "\n" + json.dumps({"step": 1, "x": 2.0}) + "\n")
+    parsed = JsonlSource(log).poll()
+    assert parsed.garbage == 1 and parsed.units == 2
+    assert "nested too deeply" in parsed.examples[0]
