@@ -10,12 +10,14 @@ summarised; a missing file, or one with no readable value at all, is a UserError
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
 from monitor.errors import UserError
 from monitor.importers import FORMATS, Parsed, guess_format, parse
 from monitor.importers.names import canonical_name
+from monitor.schema import STORE_FILE
 
 
 def rename(row: dict[str, float], renamed: dict[str, str]) -> dict[str, float]:
@@ -54,71 +56,173 @@ def _skipped(parsed: Parsed) -> str:
     return skipped
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="minirl import",
-        description="Import a foreign log (JSONL, CSV, TensorBoard, W&B, console) as a run store.",
-    )
-    parser.add_argument("file", type=Path, help="log file, TensorBoard log dir or W&B run dir")
-    parser.add_argument("--format", choices=FORMATS, help="default: from the file name")
-    parser.add_argument("--out", type=Path, required=True, help="new run directory")
-    parser.add_argument(
-        "--keep-names", action="store_true", help="do not rename peers' metrics onto ours"
-    )
-    args = parser.parse_args(argv)
-
-    if not args.file.exists():
-        raise UserError(f"no such file: {args.file}")
-    fmt = args.format or guess_format(args.file)
+def _read(file: Path, fmt_arg: str | None) -> tuple[str, Parsed]:
+    """One input file read in its format, or a UserError saying why it cannot be."""
+    if not file.exists():
+        raise UserError(f"no such file: {file}")
+    fmt = fmt_arg or guess_format(file)
     if fmt is None:
-        raise UserError(f"cannot tell the format of {args.file}; pass --format {'|'.join(FORMATS)}")
-    if args.file.is_dir() and fmt not in ("tensorboard", "wandb"):
-        raise UserError(f"{args.file} is a directory; only tensorboard and wandb read directories")
-    if args.file.is_dir() and fmt == "tensorboard":
+        raise UserError(f"cannot tell the format of {file}; pass --format {'|'.join(FORMATS)}")
+    if file.is_dir() and fmt not in ("tensorboard", "wandb"):
+        raise UserError(f"{file} is a directory; only tensorboard and wandb read directories")
+    if file.is_dir() and fmt == "tensorboard":
         from monitor.importers.tensorboard import event_files
 
-        if not event_files(args.file):
-            raise UserError(f"no TensorBoard event files (*tfevents*) under {args.file}")
+        if not event_files(file):
+            raise UserError(f"no TensorBoard event files (*tfevents*) under {file}")
     try:
-        parsed = parse(args.file, fmt)
+        parsed = parse(file, fmt)
     except (OSError, UnicodeError) as err:
-        raise UserError(f"cannot read {args.file}: {err}") from None
+        raise UserError(f"cannot read {file}: {err}") from None
     if parsed.n_values == 0 and fmt == "console" and parsed.units == 0:
         raise UserError(
-            f"no metric lines in {args.file} (read as console text: verl's `step:N - key:value`"
+            f"no metric lines in {file} (read as console text: verl's `step:N - key:value`"
             f" lines, a Hugging Face trainer's printed dicts, JSON lines); if it is another "
             f"format, pass --format {'|'.join(FORMATS)}"
         )
     if parsed.n_values == 0:
         found = f"{parsed.garbage} {_skipped(parsed)}"
-        raise UserError(f"no metric values found in {args.file} as {fmt}: {found}")
+        raise UserError(f"no metric values found in {file} as {fmt}: {found}")
+    return fmt, parsed
 
+
+Rows = dict[int, dict[str, float]]
+BAD_NAME = "empty or invalid"
+
+
+def merge_runs(parts: list[tuple[Path, Parsed]], run: str | None) -> dict[str, Rows]:
+    """The runs the input files hold, each file's values merged into its run by name (a
+    W&B chart export per metric of the same runs, a log and its trainer_state.json).
+    A file of one unnamed run joins the one named run the others hold; `run` keeps only
+    that run. Overlapping (step, metric) values: the later file wins (counted)."""
+    runs: dict[str, Rows] = {}
+    unnamed: list[tuple[Path, Rows]] = []
+    for file, parsed in parts:
+        for name, rows in parsed.by_run().items():
+            if name == "":
+                unnamed.append((file, rows))
+                continue
+            target = runs.setdefault(name, {})
+            for step, row in rows.items():
+                dest = target.setdefault(step, {})
+                parsed.overwritten += len(dest.keys() & row.keys())
+                dest.update(row)
+    named = sorted(runs)
+    if run is not None:
+        if run not in runs and not (unnamed and not runs):
+            listed = ", ".join(repr(n) for n in named) or "none: the files name no run"
+            raise UserError(f"no run named {run!r} in the input (runs found: {listed})")
+        runs = {run: runs.get(run, {})}
+    elif unnamed and len(runs) > 1:
+        files = ", ".join(str(f) for f, _ in unnamed)
+        raise UserError(
+            f"{files} holds one unnamed run, the other input several ({', '.join(named)}): "
+            "choose the run it belongs to with --run NAME, or import the files separately"
+        )
+    target_name = next(iter(runs), "")
+    for _, rows in unnamed:
+        target = runs.setdefault(target_name, {})
+        for step, row in rows.items():
+            target.setdefault(step, {}).update(row)
+    return runs
+
+
+def _run_dir_name(run: str) -> str:
+    """A run's name as one directory name (a TensorBoard run "a/b" -> "a_b")."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", run).strip("._") or "run"
+    return safe[:100]
+
+
+def _write_run(
+    out: Path, rows: Rows, keep_names: bool, provenance: dict, garbage: int
+) -> tuple[int, int, int, int, dict[str, str]]:
+    """One run into a new store at `out`: (steps, values, metrics, alerts, renamed)."""
     from monitor.monitor import Monitor
 
     renamed: dict[str, str] = {}
-    steps = sorted(parsed.rows)
-    rows = {
-        step: parsed.rows[step] if args.keep_names else rename(parsed.rows[step], renamed)
-        for step in steps
-    }
-    provenance = {"imported_from": str(args.file.resolve()), "format": fmt}
+    steps = sorted(rows)
+    mapped = {step: rows[step] if keep_names else rename(rows[step], renamed) for step in steps}
     n_alerts = 0
-    with Monitor(args.out, config=provenance) as mon:
-        mon.event("import", {**provenance, "garbage": parsed.garbage, "renamed": renamed})
+    with Monitor(out, config=provenance) as mon:
+        mon.event("import", {**provenance, "garbage": garbage, "renamed": renamed})
         for i, step in enumerate(steps, start=1):
-            n_alerts += len(mon.log(step, rows[step]))
+            n_alerts += len(mon.log(step, mapped[step]))
             if sys.stderr.isatty() and i % 1000 == 0:
                 print(f"\r  {i}/{len(steps)} steps", end="", file=sys.stderr)
-    names = {name for row in rows.values() for name in row}
-    print(
-        f"imported {len(steps)} steps, {parsed.n_values} values of {len(names)} metrics "
-        f"from {args.file} ({fmt}) into {args.out}; {n_alerts} alert(s) raised"
+    n_values = sum(len(row) for row in mapped.values())
+    names = {name for row in mapped.values() for name in row}
+    return len(steps), n_values, len(names), n_alerts, renamed
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="minirl import",
+        description="Import a foreign log (JSONL, CSV, TensorBoard, W&B, console) as a run store.",
     )
+    parser.add_argument(
+        "files",
+        type=Path,
+        nargs="+",
+        metavar="FILE",
+        help="log file, TensorBoard log dir or W&B run dir; several are merged per run",
+    )
+    parser.add_argument("--format", choices=FORMATS, help="default: from each file's name")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        help="new run directory (for an input of several runs: a new folder of runs)",
+    )
+    parser.add_argument("--run", help="import only this run of an input that holds several")
+    parser.add_argument(
+        "--keep-names", action="store_true", help="do not rename peers' metrics onto ours"
+    )
+    args = parser.parse_args(argv)
+
+    parts = [(file, *_read(file, args.format)) for file in args.files]
+    runs = merge_runs([(file, parsed) for file, _, parsed in parts], args.run)
+    several = len(runs) > 1
+    if several:
+        dirs = [_run_dir_name(name) for name in runs]
+        if len(set(dirs)) < len(dirs):
+            raise UserError(
+                f"runs {', '.join(repr(n) for n in runs)} would share a directory name under "
+                f"{args.out}; import them one at a time with --run NAME"
+            )
+    outs = {name: args.out / _run_dir_name(name) if several else args.out for name in runs}
+    for out in {args.out, *outs.values()}:  # all checked before any is written
+        if (out / STORE_FILE).exists():
+            raise UserError(f"{out} already holds a run; choose a new --out")
+    if several:
+        print(f"{len(runs)} runs in the input: each into its own store under {args.out}")
+    fmts = sorted({fmt for _, fmt, _ in parts})
+    garbage = sum(parsed.garbage for _, _, parsed in parts)
+    sources = [str(file.resolve()) for file in args.files]
+    what = " ".join(str(f) for f in args.files)
+    renamed: dict[str, str] = {}
+    for name, rows in runs.items():
+        out = outs[name]
+        provenance = {
+            "imported_from": ", ".join(sources),
+            "format": ", ".join(fmts),
+            **({"run": name} if name else {}),
+        }
+        n_steps, n_values, n_names, n_alerts, got = _write_run(
+            out, rows, args.keep_names, provenance, garbage
+        )
+        renamed.update(got)
+        print(
+            f"imported {n_steps} steps, {n_values} values of {n_names} metrics "
+            f"from {what}{f' (run {name!r})' if name else ''} ({', '.join(fmts)}) into {out}; "
+            f"{n_alerts} alert(s) raised"
+        )
     say_renamed(renamed)
-    say_counts(
-        ("warning", parsed.garbage, _skipped(parsed)),
-        ("note", parsed.non_numeric, "non-numeric field(s) ignored"),
-        ("note", parsed.bad_names, "value(s) with an empty or invalid metric name skipped"),
-        ("note", parsed.overwritten, "repeated (step, metric) value(s); the last kept"),
-    )
+    for file, _, parsed in parts:
+        where = f" (in {file})" if len(parts) > 1 else ""
+        say_counts(
+            ("warning", parsed.garbage, _skipped(parsed) + where),
+            ("note", parsed.non_numeric, "non-numeric field(s) ignored" + where),
+            ("note", parsed.bad_names, f"value(s) with an {BAD_NAME} metric name skipped{where}"),
+            ("note", parsed.overwritten, "repeated (step, metric) value(s); the last kept" + where),
+        )
     return 0

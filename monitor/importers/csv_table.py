@@ -4,7 +4,9 @@ Accepted shapes:
 - wide: a step column (the first present of STEP_COLUMNS) plus one column per metric — a
   W&B history export (`_step`), a pandas dump of a trainer's log. W&B's chart export
   ("Step", "<run> - <metric>", "<run> - <metric>__MIN"/"__MAX") works too: the __MIN/__MAX
-  envelope columns are dropped and a "<run> - " prefix shared by all columns is removed.
+  envelope columns are dropped; a "<run> - " prefix shared by all columns is removed (the
+  run is named in `Parsed.runs`), and a chart of several runs keeps the prefixes, one run
+  per prefix (`Parsed.by_run`).
 - long: exactly `step,name,value` — what `minirl export --format csv` writes.
 
 Empty cells are missing values, not garbage. A row is one line (a cell cannot span lines,
@@ -20,18 +22,18 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from monitor.importers.jsonl import STEP_KEYS
-from monitor.importers.parsed import Parsed, as_step
+from monitor.importers.parsed import RUN_SEP, Parsed, as_step
 
 STEP_COLUMNS = (*STEP_KEYS, "iteration")
 _ENVELOPE = ("__MIN", "__MAX")
 
 
-def _shared_run_prefix(columns: list[str]) -> str:
-    """'<run> - ' if every metric column starts with the same one (W&B chart export)."""
-    prefixes = {c.split(" - ", 1)[0] for c in columns if " - " in c}
-    if len(prefixes) == 1 and all(" - " in c for c in columns):
-        return prefixes.pop() + " - "
-    return ""
+def _column_runs(columns: list[str]) -> list[str]:
+    """The runs of a W&B chart export, whose every metric column is "<run> - <metric>"
+    (in order of appearance); [] for a log of one unnamed run."""
+    if not columns or not all(RUN_SEP in c for c in columns):
+        return []
+    return list(dict.fromkeys(c.rsplit(RUN_SEP, 1)[0] for c in columns))
 
 
 def _rows(lines: Iterable[str], delimiter: str, parsed: Parsed) -> Iterator[tuple[int, list]]:
@@ -75,8 +77,9 @@ def parse_csv(path: Path) -> Parsed:
             for i, name in enumerate(header)
             if i != step_idx and not name.startswith("_") and not name.endswith(_ENVELOPE)
         ]
-        prefix = _shared_run_prefix([name for _, name in metrics])
-        metrics = [(i, name[len(prefix) :]) for i, name in metrics]
+        parsed.runs = _column_runs([name for _, name in metrics])
+        if len(parsed.runs) == 1:  # one run: its name is not part of the metrics'
+            metrics = [(i, name.rsplit(RUN_SEP, 1)[1]) for i, name in metrics]
         for lineno, row in reader:
             if not row or all(not cell.strip() for cell in row):
                 continue

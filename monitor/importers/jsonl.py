@@ -7,8 +7,19 @@ Accepted shapes (each line decides for itself):
   `metrics` are merged without a prefix, other nested objects are flattened with '/'.
 - long: `{"step": 3, "name": "x", "value": 1.0}` — what `minirl export --format jsonl`
   writes, so an export re-imports as itself.
-A whole-file JSON object with a `log_history` list (Hugging Face's trainer_state.json,
-written by TRL next to every checkpoint) is read as if each entry were a line.
+A file that is one JSON document (pretty-printed or not) is read by its shape:
+- an object with a `log_history` list (Hugging Face's trainer_state.json, written by TRL
+  next to every checkpoint): each entry as if it were a line;
+- an array of step objects (`json.dump(history)`, pandas' `orient="records"`): each
+  element as if it were a line;
+- an object of columns, each a list of the same length (`{"step": [...], "loss": [...]}`,
+  pandas' `orient="list"`) or of same-keyed objects (pandas' default
+  `orient="columns"`): row by row; without a step column the row labels are the steps;
+- an object of step objects keyed by integers (pandas' `orient="index"`): each row, the
+  key its step unless the row has a step of its own;
+- pandas' `orient="split"` and `orient="table"`;
+- one step object, pretty-printed.
+A document of none of these shapes is one garbage unit with the reason.
 
 Not read: W&B's `_runtime`, `_timestamp` and other underscore bookkeeping keys.
 """
@@ -69,21 +80,93 @@ def _read_object(obj: object, where: str, parsed: Parsed) -> None:
         parsed.add_fields(step, metrics)
 
 
+def _columns_as_rows(doc: dict) -> list[tuple[str, dict]] | None:
+    """(row label, row) for an object of equal-length lists or of same-keyed objects (a
+    table stored by column), or None when `doc` is not one."""
+    columns = list(doc.values())
+    if len(columns) < 2:
+        return None
+    if all(isinstance(c, list) for c in columns):
+        n = len(columns[0])
+        if any(len(c) != n for c in columns):
+            return None
+        return [(str(i), {k: c[i] for k, c in doc.items()}) for i in range(n)]
+    if all(isinstance(c, dict) for c in columns):
+        labels = list(dict.fromkeys(label for c in columns for label in c))
+        if any(isinstance(v, dict | list) for c in columns for v in c.values()):
+            return None
+        return [(label, {k: c[label] for k, c in doc.items() if label in c}) for label in labels]
+    return None
+
+
+def _with_step(row: dict, label: str) -> dict:
+    """`row`, its label as its step when it has no step of its own."""
+    return row if any(k in row for k in STEP_KEYS) else {"step": label, **row}
+
+
+def _table_row(row: object, schema: object) -> object:
+    """A row of pandas' orient="table": its index column (the schema's primary key) is
+    the row's label, not a metric."""
+    key = schema.get("primaryKey") if isinstance(schema, dict) else None
+    if not (isinstance(row, dict) and isinstance(key, list) and len(key) == 1):
+        return row
+    rest = {k: v for k, v in row.items() if k != key[0]}
+    return row if key[0] in STEP_KEYS else _with_step(rest, str(row.get(key[0])))
+
+
+def _keyed_by_step(doc: dict) -> bool:
+    """An object of step objects keyed by their steps (pandas' `orient="index"`)."""
+    return all(as_step(k) is not None and isinstance(v, dict) for k, v in doc.items())
+
+
+def _read_document(doc: object, parsed: Parsed) -> None:
+    """Read a whole-file JSON document by its shape (module docstring)."""
+    entries: list[tuple[str, object]]
+    if isinstance(doc, dict) and isinstance(doc.get("log_history"), list):
+        entries = [(f"log_history[{i}]", e) for i, e in enumerate(doc["log_history"])]
+        parsed.unit = "log_history entry"
+    elif isinstance(doc, dict) and isinstance(doc.get("data"), list) and "schema" in doc:
+        entries = [(f"data[{i}]", _table_row(e, doc["schema"])) for i, e in enumerate(doc["data"])]
+        parsed.unit = "element"  # orient="table"
+    elif isinstance(doc, dict) and set(doc) >= {"columns", "data"}:  # orient="split"
+        columns, index = doc["columns"], doc.get("index") or range(len(doc["data"]))
+        entries = [
+            (f"data[{i}]", _with_step(dict(zip(columns, row, strict=False)), str(label)))
+            if isinstance(row, list) and isinstance(columns, list)
+            else (f"data[{i}]", row)
+            for i, (label, row) in enumerate(zip(index, doc["data"], strict=False))
+        ]
+        parsed.unit = "row"
+    elif isinstance(doc, list):
+        entries = [(f"element {i}", e) for i, e in enumerate(doc)]
+        parsed.unit = "element"
+    elif isinstance(doc, dict) and doc and _keyed_by_step(doc):
+        entries = [(f"row {k!r:.40}", _with_step(row, k)) for k, row in doc.items()]
+        parsed.unit = "row"
+    elif isinstance(doc, dict) and (rows := _columns_as_rows(doc)) is not None:
+        entries = [(f"row {label!r:.40}", _with_step(row, label)) for label, row in rows]
+        parsed.unit = "row"
+    else:  # one step object (or an object that is no log: "no step")
+        entries = [("the document", doc)]
+        parsed.unit = "document"
+    for where, entry in entries:
+        parsed.units += 1
+        _read_object(entry, where, parsed)
+
+
 def parse_jsonl(path: Path) -> Parsed:
-    """Read a JSONL log (or a trainer_state.json); see the module docstring for shapes."""
+    """Read a JSONL log or a whole-file JSON document; see the module docstring."""
     parsed = Parsed(unit="line")
     text = path.read_text(encoding="utf-8-sig", errors="replace")  # -sig: a leading BOM
     stripped = text.lstrip()
-    if stripped.startswith("{") and "\n{" not in stripped:  # maybe one whole JSON document
+    # one whole document: an array, or an object whose lines do not each start an object
+    if stripped.startswith("[") or (stripped.startswith("{") and "\n{" not in stripped):
         try:
             doc = json.loads(text)
         except (ValueError, RecursionError):
-            doc = None
-        if isinstance(doc, dict) and isinstance(doc.get("log_history"), list):
-            parsed.unit = "log_history entry"
-            for i, entry in enumerate(doc["log_history"]):
-                parsed.units += 1
-                _read_object(entry, f"log_history[{i}]", parsed)
+            doc = None  # not one document: JSON lines (or garbage), read line by line
+        if doc is not None:
+            _read_document(doc, parsed)
             return parsed
     for lineno, line in enumerate(text.splitlines(), start=1):
         if line.strip():

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from monitor.schema import MAX_STEP, name_problem
 
 MAX_EXAMPLES = 5
+RUN_SEP = " - "
+"""Between a run's name and a metric's in a file of several runs (W&B's chart export)."""
 
 
 @dataclass
@@ -34,6 +36,10 @@ class Parsed:
     bad_names: int = 0
     """Values skipped because their name cannot be a metric name (empty, a lone
     surrogate): the rest of their line is kept."""
+    runs: list[str] = field(default_factory=list)
+    """The runs the file names, when it names them: a TensorBoard log dir's run
+    sub-directories, a W&B chart export's "<run> - <metric>" columns. With two or more,
+    every name in `rows` is "<run> - <metric>" (W&B's own convention); see `by_run`."""
 
     def add(self, step: int, name: str, value: float) -> None:
         if name_problem(name) is not None:
@@ -67,6 +73,32 @@ class Parsed:
         self.garbage += 1
         if len(self.examples) < MAX_EXAMPLES:
             self.examples.append(f"{where}: {reason:.200}")
+
+    def absorb(self, other: Parsed, run: str) -> None:
+        """Add `other`'s values under "<run> - <name>" and its tallies to this file's."""
+        for step, row in other.rows.items():
+            for name, value in row.items():
+                self.add(step, f"{run}{RUN_SEP}{name}", value)
+        self.units += other.units
+        self.garbage += other.garbage
+        self.examples += other.examples[: MAX_EXAMPLES - len(self.examples)]
+        self.non_numeric += other.non_numeric
+        self.overwritten += other.overwritten
+        self.bad_names += other.bad_names
+        self.runs.append(run)
+
+    def by_run(self) -> dict[str, dict[int, dict[str, float]]]:
+        """{run: {step: {metric: value}}}: one entry ("" when the file names no run), or
+        one per run of a file that holds several."""
+        if len(self.runs) < 2:
+            return {self.runs[0] if self.runs else "": self.rows}
+        out: dict[str, dict[int, dict[str, float]]] = {run: {} for run in self.runs}
+        longest_first = sorted(self.runs, key=len, reverse=True)  # "a - b" before "a"
+        for step, row in self.rows.items():
+            for name, value in row.items():
+                run = next(r for r in longest_first if name.startswith(r + RUN_SEP))
+                out[run].setdefault(step, {})[name[len(run) + len(RUN_SEP) :]] = value
+        return out
 
     @property
     def n_values(self) -> int:

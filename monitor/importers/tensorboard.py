@@ -247,10 +247,27 @@ def event_files(path: Path) -> list[Path]:
     return [path]
 
 
-def parse_tensorboard(path: Path) -> Parsed:
-    """Read the scalars of an event file, or of every event file under a directory."""
-    parsed = Parsed(unit="record")
-    plugins: dict[str, str] = {}
+def run_dirs(path: Path) -> dict[str, list[Path]]:
+    """The event files under `path` per run, as TensorBoard groups them: a run is a
+    directory holding event files (a resumed run's several files are one run), named by
+    its path below `path` ("." for `path` itself, or for one event file)."""
+    runs: dict[str, list[Path]] = {}
     for file in event_files(path):
-        _read_file(file, parsed, plugins)
+        name = "." if file == path else file.parent.relative_to(path).as_posix()
+        runs.setdefault(name, []).append(file)
+    return runs
+
+
+def parse_tensorboard(path: Path) -> Parsed:
+    """Read the scalars of an event file, or of every event file under a directory: one
+    run, or, for a log dir of several, every run (`Parsed.runs`, `Parsed.by_run`)."""
+    parsed = Parsed(unit="record")
+    runs = run_dirs(path)
+    for run, files in runs.items():
+        one = parsed if len(runs) == 1 else Parsed(unit="record")
+        plugins: dict[str, str] = {}
+        for file in files:
+            _read_file(file, one, plugins)
+        if one is not parsed:
+            parsed.absorb(one, run)
     return parsed

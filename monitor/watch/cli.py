@@ -65,6 +65,22 @@ def make_source(fmt: str, where: str, run: str | None, state: dict[str, Any] | N
     return cls(Path(where), state)
 
 
+def _tensorboard_run(path: Path, run: str | None) -> Path:
+    """The run directory to follow in a TensorBoard log dir: the one named by `run`, or
+    the only one. Several runs in one stream would interleave their steps."""
+    from monitor.importers.tensorboard import run_dirs
+
+    if run is not None:  # followed even before its first event file appears
+        return path / run
+    runs = run_dirs(path) if path.is_dir() else {}
+    if len(runs) > 1:
+        raise UserError(
+            f"{path} holds {len(runs)} TensorBoard runs ({', '.join(sorted(runs))}): "
+            "watch one with --run NAME"
+        )
+    return path
+
+
 def describe(fmt: str, source: str, run: str | None) -> dict[str, Any]:
     """What RUN_DIR is a watch of (stored as meta `source`, shown by the dashboard)."""
     where = source if fmt == "mlflow" else str(Path(source).resolve())
@@ -124,6 +140,8 @@ def open_watch(
         source = MLFLOW_PREFIX + str(Path(source).resolve())  # a bare mlruns.db path
     if fmt not in ("mlflow", "jsonl", "console") and not Path(source).exists():
         raise UserError(f"no such file or directory: {source}")
+    if fmt == "tensorboard":  # the one run followed, before any store is made
+        source, run = str(_tensorboard_run(Path(source), run)), None
     wanted = describe(fmt, source, run)
     existing, stored = _stored_source(out)
     if existing and (stored or {}).get("path") != wanted["path"]:
@@ -158,7 +176,11 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--format", choices=FORMATS, help="default: from SOURCE")
     parser.add_argument("--poll", type=float, default=0.25, help="seconds between reads (0.25)")
-    parser.add_argument("--run", help="MLflow: run id or name (default: the latest started)")
+    parser.add_argument(
+        "--run",
+        help="MLflow: run id or name (default: the latest started); TensorBoard: the run "
+        "directory under SOURCE, for a log dir of several runs",
+    )
     parser.add_argument("--keep-names", action="store_true", help="do not map peers' names")
     parser.add_argument("--once", action="store_true", help="read what is there, then exit")
     parser.add_argument("--webhook", help="POST each alert as JSON to this URL")
