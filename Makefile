@@ -19,7 +19,7 @@ PY312   ?= $(shell for p in $$(pyenv root 2>/dev/null)/versions/3.12*/bin/python
 CORE_TESTS := tests/test_monitor_store.py tests/test_monitor_detectors.py \
   tests/test_monitor_remediation.py tests/test_monitor_readme.py tests/test_analyze.py \
   tests/test_export.py tests/test_import.py tests/test_prometheus.py tests/test_webhook.py \
-  tests/test_cli_extras.py tests/test_import_console.py
+  tests/test_cli_extras.py tests/test_import_console.py tests/test_import_runs.py
 CORE_TEST_DEPS := 'pytest>=8' 'tensorboardX>=2.6,<3'
 
 .PHONY: venv sysdeps demo test test-core test-gpu lint bench clean

@@ -33,6 +33,7 @@ from dashboard.ui import guard, links, operator_permission, pick_run, runs_or_st
 from monitor.analyze import analyze_run
 from monitor.errors import UserError
 from monitor.importers import FORMATS
+from monitor.schema import STORE_FILE
 
 N_PRECURSOR_CHARTS = 4
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -197,7 +198,30 @@ def _run_import(filename: str, data: bytes, fmt: str, out: Path) -> tuple[bool, 
             return False, f"not imported: {err}"
         except SystemExit as err:  # argparse refusing an argument
             return False, f"not imported: bad arguments ({err})"
-    return True, buf.getvalue().strip()
+    said = buf.getvalue().strip()
+    if out.is_dir() and not (out / STORE_FILE).exists():  # several runs: a folder of stores
+        moved, kept = _beside(out)
+        said += "\nlisted here as " + (", ".join(moved) or "none")
+        if kept:
+            said += f"; left in {out} (the name beside it was taken): " + ", ".join(kept)
+    return True, said
+
+
+def _beside(folder: Path) -> tuple[list[str], list[str]]:
+    """Move the run stores of `folder` (an upload of several runs) next to it as
+    "<folder>-<run>", where the run list shows them; (moved, kept in `folder`)."""
+    moved, kept = [], []
+    for run in sorted(p for p in folder.iterdir() if (p / STORE_FILE).exists()):
+        target = folder.parent / f"{folder.name}-{run.name}"
+        if target.exists():
+            kept.append(run.name)
+        else:
+            run.rename(target)
+            moved.append(target.name)
+    if not kept:
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+    return moved, kept
 
 
 def render() -> None:

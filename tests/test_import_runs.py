@@ -228,3 +228,26 @@ def test_json_documents_written_by_hand(tmp_path):
     (tmp_path / "values.json").write_text(json.dumps([[0, 1.0], [1, 2.0]]))
     values = parse_jsonl(tmp_path / "values.json")
     assert values.rows == {} and values.garbage == 2 and "not an object" in values.examples[0]
+
+
+def test_a_dashboard_upload_of_several_runs_lists_each_beside_the_others(tmp_path):
+    pytest.importorskip("streamlit")  # not in the torch-free core install
+    from dashboard.analysis_page import _run_import
+
+    _chart_export(tmp_path / "entropy.csv", "actor/entropy", ENTROPY)
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "clips-dapo").mkdir()  # a name already taken: that run stays in the folder
+    (runs / "clips-dapo" / "keep.txt").write_text("not mine")
+    ok, said = _run_import(
+        "entropy.csv", (tmp_path / "entropy.csv").read_bytes(), "csv", runs / "clips"
+    )
+    assert ok, said
+    assert "listed here as clips-grpo_-_eps_0.2" in said and "left in" in said and "dapo" in said
+    listed = {Path(s.path).name for s in list_runs(runs)}
+    assert listed == {"clips-grpo_-_eps_0.2"}  # clips/ still holds dapo, not listed
+    assert (runs / "clips" / "dapo" / "store.sqlite").exists()
+    assert (runs / "clips-dapo" / "keep.txt").read_text() == "not mine"
+    assert _series(runs / "clips-grpo_-_eps_0.2")["policy/entropy"] == dict(
+        enumerate(ENTROPY["grpo - eps 0.2"])
+    )
