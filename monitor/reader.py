@@ -40,6 +40,18 @@ from monitor.thinning import thin
 _QCOLS = tuple(QUANTILES)
 
 
+def _runs_inside(folder: Path) -> str:
+    """", a folder of runs: ..." when `folder` holds run stores one level down (a
+    multi-run import, a runs folder), so the reader is pointed at one of them."""
+    if not folder.is_dir():
+        return ""
+    runs = sorted(p.name for p in folder.iterdir() if (p / STORE_FILE).is_file())
+    if not runs:
+        return ""
+    shown = ", ".join(runs[:5]) + (f" and {len(runs) - 5} more" if len(runs) > 5 else "")
+    return f"; {folder} is a folder of runs ({shown}): name one, e.g. {folder / runs[0]}"
+
+
 class RunReader:
     """Read-only view of a run store, safe while the trainer writes.
 
@@ -51,7 +63,7 @@ class RunReader:
     def __init__(self, run: str | os.PathLike[str], busy_timeout_s: float = 10.0) -> None:
         self.path = store_path(run)
         if not self.path.is_file():
-            raise UserError(f"no run store at {self.path}")
+            raise UserError(f"no run store at {self.path}{_runs_inside(self.path.parent)}")
         uri = self.path.resolve().as_uri() + "?mode=ro"
         try:
             self._conn = sqlite3.connect(

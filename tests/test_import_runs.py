@@ -73,8 +73,10 @@ def test_a_chart_export_of_several_runs_becomes_one_store_per_run(tmp_path, caps
     assert set(dapo) == {"policy/entropy", "reward/mean"}  # no envelope columns
     with RunReader(out / "dapo") as reader:
         assert reader.meta().config["run"] == "dapo"
-    # the dashboard's folder of runs lists both
+    # the dashboard's folder of runs lists both; `analyze` of the folder names them
     assert {Path(s.path).name for s in list_runs(out)} == {"dapo", "grpo_-_eps_0.2"}
+    code, _, err = _cli(capsys, "analyze", str(out))
+    assert code == 2 and "is a folder of runs (dapo, grpo_-_eps_0.2)" in err
 
 
 def test_one_run_of_several_is_chosen_with_run_and_nothing_is_overwritten(tmp_path, capsys):
