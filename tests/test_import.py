@@ -61,6 +61,8 @@ def _series(run: Path) -> dict[str, dict[int, float]]:
 def test_peer_names_map_onto_ours_and_unknown_names_stay():
     assert canonical_name("rollout_corr/kl") == "mismatch/kl_k1"  # verl
     assert canonical_name("actor/pg_clipfrac") == "staleness/mask_frac"
+    assert canonical_name("mismatch/mismatch_kl") == "mismatch/kl_k1"  # verl, October 2025
+    assert canonical_name("mismatch/rollout_is_eff_sample_size") == "mismatch/ess"
     assert canonical_name("sampling/importance_sampling_ratio/max") == "mismatch/ratio_max"  # TRL
     assert canonical_name("train/sampling/importance_sampling_ratio/min") == "mismatch/ratio_min"
     assert canonical_name("train/entropy") == "policy/entropy"  # TRL through HF's prefix

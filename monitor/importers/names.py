@@ -24,6 +24,14 @@ _VERL = {
     "rollout_corr/chi2_seq": "mismatch/chi2_seq",
     # ESS of the (truncated, when rollout_is is on) weights, 1 / E[(w/E[w])²], as a fraction.
     "rollout_corr/rollout_is_eff_sample_size": "mismatch/ess",
+    # The same metrics under their names of October 2025 (verl/trainer/ppo/mismatch_helper.py,
+    # compute_mismatch_metrics() and compute_rollout_importance_weights(), prefixed
+    # "mismatch/"): mismatch_kl = mean(rollout_lp − old_lp), k1; mismatch_k3_kl = k3; the ESS
+    # of the weights clamped to the thresholds, as a fraction. Its rollout_is_max/min are
+    # per token or per sequence depending on rollout_is_level, so they are not mapped.
+    "mismatch/mismatch_kl": "mismatch/kl_k1",
+    "mismatch/mismatch_k3_kl": "mismatch/kl_k3",
+    "mismatch/rollout_is_eff_sample_size": "mismatch/ess",
     # verl/utils/debug/metrics.py, calculate_debug_metrics(): Pearson correlation of the token
     # probabilities, rollout vs actor (old) — our prob_corr.
     "training/rollout_actor_probs_pearson_corr": "mismatch/prob_corr",
