@@ -1,10 +1,11 @@
-"""`minirl import FILE [--format FORMAT] --out RUN_DIR`: a foreign log as a run.
+"""`minirl import FILE... [--format FORMAT] [--run NAME] --out RUN_DIR`: foreign logs as runs.
 
 Reads another trainer's log (monitor/importers), renames the peers' metrics onto ours
 (importers/names.py; unknown names are kept), and writes the steps in order through
 `Monitor`, so the imported run gets the same store, detectors and alerts as one of ours and
 `minirl analyze` / the dashboard read it unchanged. Garbage lines are counted, skipped and
-summarised; a missing file, or one with no readable value at all, is a UserError.
+summarised; a missing file, or one with no readable value at all, is a UserError. Several
+files are merged per run; an input of several runs is written as a folder of run stores.
 """
 
 from __future__ import annotations
@@ -87,7 +88,16 @@ def _read(file: Path, fmt_arg: str | None) -> tuple[str, Parsed]:
 
 
 Rows = dict[int, dict[str, float]]
-BAD_NAME = "empty or invalid"
+
+
+def _merge_into(target: Rows, rows: Rows) -> int:
+    """Add `rows` to `target` (a later value wins); the number of values replaced."""
+    replaced = 0
+    for step, row in rows.items():
+        dest = target.setdefault(step, {})
+        replaced += len(dest.keys() & row.keys())
+        dest.update(row)
+    return replaced
 
 
 def merge_runs(parts: list[tuple[Path, Parsed]], run: str | None) -> dict[str, Rows]:
@@ -96,17 +106,13 @@ def merge_runs(parts: list[tuple[Path, Parsed]], run: str | None) -> dict[str, R
     A file of one unnamed run joins the one named run the others hold; `run` keeps only
     that run. Overlapping (step, metric) values: the later file wins (counted)."""
     runs: dict[str, Rows] = {}
-    unnamed: list[tuple[Path, Rows]] = []
+    unnamed: list[tuple[Path, Parsed, Rows]] = []
     for file, parsed in parts:
         for name, rows in parsed.by_run().items():
             if name == "":
-                unnamed.append((file, rows))
-                continue
-            target = runs.setdefault(name, {})
-            for step, row in rows.items():
-                dest = target.setdefault(step, {})
-                parsed.overwritten += len(dest.keys() & row.keys())
-                dest.update(row)
+                unnamed.append((file, parsed, rows))
+            else:
+                parsed.overwritten += _merge_into(runs.setdefault(name, {}), rows)
     named = sorted(runs)
     if run is not None:
         if run not in runs and not (unnamed and not runs):
@@ -114,16 +120,14 @@ def merge_runs(parts: list[tuple[Path, Parsed]], run: str | None) -> dict[str, R
             raise UserError(f"no run named {run!r} in the input (runs found: {listed})")
         runs = {run: runs.get(run, {})}
     elif unnamed and len(runs) > 1:
-        files = ", ".join(str(f) for f, _ in unnamed)
+        files = ", ".join(str(f) for f, _, _ in unnamed)
         raise UserError(
             f"{files} holds one unnamed run, the other input several ({', '.join(named)}): "
             "choose the run it belongs to with --run NAME, or import the files separately"
         )
-    target_name = next(iter(runs), "")
-    for _, rows in unnamed:
-        target = runs.setdefault(target_name, {})
-        for step, row in rows.items():
-            target.setdefault(step, {}).update(row)
+    target = runs.setdefault(next(iter(runs), ""), {})
+    for _, parsed, rows in unnamed:
+        parsed.overwritten += _merge_into(target, rows)
     return runs
 
 
@@ -222,7 +226,11 @@ def main(argv: list[str]) -> int:
         say_counts(
             ("warning", parsed.garbage, _skipped(parsed) + where),
             ("note", parsed.non_numeric, "non-numeric field(s) ignored" + where),
-            ("note", parsed.bad_names, f"value(s) with an {BAD_NAME} metric name skipped{where}"),
+            (
+                "note",
+                parsed.bad_names,
+                "value(s) with an empty or invalid metric name skipped" + where,
+            ),
             ("note", parsed.overwritten, "repeated (step, metric) value(s); the last kept" + where),
         )
     return 0
