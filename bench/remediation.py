@@ -118,6 +118,7 @@ def read_arm(run_dir: Path, name: str, with_pi: bool = False) -> Arm:
         actions=[
             {
                 "step": a.resolved_step,
+                "proposed": a.step,
                 "kind": a.kind,
                 "params": a.params,
                 "status": a.status,
@@ -322,8 +323,13 @@ def write(pairs: list[Pair], command: str, out: Path) -> None:
     lines += ["", "## Every automatic action (remediation on)", ""]
     for p in pairs:
         for a in p.on.actions:
+            when = (
+                f"step {a['step']}"
+                if a["step"] is not None
+                else f"proposed after step {a.get('proposed')}, never applied (the run ended)"
+            )
             lines.append(
-                f"- {p.config}/seed{p.seed}, step {a['step']}: `{a['kind']} {a['params']}` "
+                f"- {p.config}/seed{p.seed}, {when}: `{a['kind']} {a['params']}` "
                 f"{a['status']} ({a['detail']}) — {a['reason']}"
             )
     notes = RESULTS / "remediation_notes.md"
