@@ -41,7 +41,7 @@ _QCOLS = tuple(QUANTILES)
 
 
 def _runs_inside(folder: Path) -> str:
-    """", a folder of runs: ..." when `folder` holds run stores one level down (a
+    """ ", a folder of runs: ..." when `folder` holds run stores one level down (a
     multi-run import, a runs folder), so the reader is pointed at one of them."""
     if not folder.is_dir():
         return ""

@@ -105,10 +105,8 @@ def test_one_run_of_several_is_chosen_with_run_and_nothing_is_overwritten(tmp_pa
     assert "Traceback" not in err and not (tmp_path / "p").exists()
     # a folder where one of the runs already is: refused before anything is written
     (tmp_path / "clips").mkdir()
-    code, _, _ = _cli(
-        capsys, "import", str(tmp_path / "entropy.csv"), "--run", "dapo", "--out",
-        str(tmp_path / "clips" / "dapo"),
-    )  # fmt: skip
+    args = ["import", str(tmp_path / "entropy.csv"), "--run", "dapo"]
+    code, _, _ = _cli(capsys, *args, "--out", str(tmp_path / "clips" / "dapo"))
     assert code == 0
     code, _, err = _cli(
         capsys, "import", str(tmp_path / "entropy.csv"), "--out", str(tmp_path / "clips")
@@ -136,10 +134,8 @@ def test_files_of_one_run_are_merged_and_an_unnamed_one_joins_the_named_run(tmp_
         capsys, "import", str(log), str(tmp_path / "entropy.csv"), "--out", str(tmp_path / "x")
     )
     assert code == 2 and "--run NAME" in err and not (tmp_path / "x").exists()
-    code, _, err = _cli(
-        capsys, "import", str(log), str(tmp_path / "entropy.csv"), "--run", "dapo", "--out",
-        str(tmp_path / "x"),
-    )  # fmt: skip
+    both = ["import", str(log), str(tmp_path / "entropy.csv")]
+    code, _, err = _cli(capsys, *both, "--run", "dapo", "--out", str(tmp_path / "x"))
     assert code == 0, err
     assert set(_series(tmp_path / "x")) == {"optim/grad_norm", "policy/entropy"}
 
