@@ -4,6 +4,10 @@ Prints the collapse onset (if any), the precursors ranked by how early they move
 factor of the IS weight that broke first, and the run's alerts and actions; `--json`
 prints the same as JSON, `--html FILE` writes a self-contained report with charts.
 Definitions: monitor/analyze.py. Works on imported runs (`minirl import`) too.
+
+Given a folder of runs instead (what `minirl import` writes for a log of several runs),
+it prints one line per run: the onset, the first alert and its lead, the factor that
+broke first (`--json`: every run's full analysis).
 """
 
 from __future__ import annotations
@@ -71,6 +75,48 @@ def _analyze_salvaged(run: Path, metric: str | None, err):  # -> Analysis
     return analysis
 
 
+def _first_alert(a) -> dict | None:  # a: Analysis
+    """The run's first warning or critical alert."""
+    return next((al for al in a.alerts if al["severity"] in ("warning", "critical")), None)
+
+
+def _folder_line(name: str, a) -> str:  # a: Analysis
+    first = _first_alert(a)
+    alert = f"{first['severity']} {first['detector']} at {first['step']}" if first else "none"
+    if a.onset is None:
+        return f"{name:<32} {'no collapse':<28} first alert: {alert}"
+    lead = f", lead {a.onset.step - first['step']}" if first else ""
+    return (
+        f"{name:<32} {f'collapse at {a.onset.step} ({a.onset.metric})':<28} first alert: "
+        f"{alert}{lead}; broke first: {a.first_factor or 'none found'}"
+    )
+
+
+def _analyze_folder(folder: Path, metric: str | None, as_json: bool) -> int:
+    """Every run under `folder`, one line each (or a JSON list of full analyses)."""
+    from monitor.analyze import analyze_run
+    from monitor.reader import list_runs
+
+    runs = sorted(Path(s.path) for s in list_runs(folder))
+    lines, out = [], []
+    for run in runs:
+        try:
+            a = analyze_run(str(run), outcome=metric)
+        except UserError as err:  # a damaged or foreign store: said on its line
+            lines.append(f"{run.name:<32} not analysed: {err}")
+            out.append({"run": str(run), "error": str(err)})
+            continue
+        lines.append(_folder_line(run.name, a))
+        out.append(a.to_dict())
+    if as_json:
+        json.dump(out, sys.stdout, indent=2)
+        print()
+    else:
+        print(f"{len(runs)} runs in {folder}:")
+        print("\n".join(lines))
+    return 0
+
+
 def main(argv: list[str]) -> int:
     what = "Collapse onset, precursors ranked by lead, alerts and actions of a run."
     parser = argparse.ArgumentParser(prog="minirl analyze", description=what)
@@ -84,7 +130,15 @@ def main(argv: list[str]) -> int:
 
     from monitor.analyze import analyze_run
     from monitor.damage import StoreDamaged
+    from monitor.schema import store_path
 
+    if args.run.is_dir() and not store_path(args.run).is_file():
+        from monitor.reader import list_runs
+
+        if list_runs(args.run):  # a folder of runs
+            if args.html:
+                raise UserError(f"--html writes the report of one run; {args.run} is a folder")
+            return _analyze_folder(args.run, args.metric, args.json)
     try:
         analysis = analyze_run(str(args.run), outcome=args.metric)
     except StoreDamaged as err:

@@ -249,3 +249,33 @@ def test_a_dashboard_upload_of_several_runs_lists_each_beside_the_others(tmp_pat
     assert _series(runs / "clips-grpo_-_eps_0.2")["policy/entropy"] == dict(
         enumerate(ENTROPY["grpo - eps 0.2"])
     )
+
+
+def test_analyze_of_a_folder_of_imported_runs_says_which_collapsed_and_why(tmp_path, capsys):
+    rng = np.random.default_rng(3)
+    score = {"healthy": [], "broken": []}
+    kl = {"healthy": [], "broken": []}
+    for s in range(120):
+        noise = float(np.exp(rng.normal(0, 0.05)))
+        score["healthy"].append(0.6 + rng.normal(0, 0.01))
+        kl["healthy"].append(1e-3 * noise)
+        score["broken"].append((0.6 if s < 80 else 0.05) + rng.normal(0, 0.01))
+        kl["broken"].append(1e-3 * (1.0 if s < 60 else 30.0) * noise)
+    _chart_export(tmp_path / "score.csv", "critic/score/mean", score)
+    _chart_export(tmp_path / "kl.csv", "rollout_corr/kl", kl)
+    runs = tmp_path / "runs"
+    code, _, err = _cli(
+        capsys, "import", str(tmp_path / "score.csv"), str(tmp_path / "kl.csv"), "--out", str(runs)
+    )
+    assert code == 0, err
+    code, out, err = _cli(capsys, "analyze", str(runs))
+    assert code == 0, err
+    lines = {line.split()[0]: line for line in out.splitlines()[1:]}
+    assert "collapse at 80 (reward/mean)" in lines["broken"]
+    assert "broke first: train_inference" in lines["broken"]
+    assert "no collapse" in lines["healthy"]
+    code, out, _ = _cli(capsys, "analyze", str(runs), "--json")
+    data = {Path(a["run"]).name: a for a in json.loads(out)}
+    assert data["broken"]["onset"]["step"] == 80 and not data["healthy"]["collapsed"]
+    code, _, err = _cli(capsys, "analyze", str(runs), "--html", str(tmp_path / "r.html"))
+    assert code == 2 and "one run" in err
