@@ -73,9 +73,9 @@ def test_a_chart_export_of_several_runs_becomes_one_store_per_run(tmp_path, caps
     assert set(dapo) == {"policy/entropy", "reward/mean"}  # no envelope columns
     with RunReader(out / "dapo") as reader:
         assert reader.meta().config["run"] == "dapo"
-    # the dashboard's folder of runs lists both; `analyze` of the folder names them
+    # the dashboard's folder of runs lists both; a command that takes one run names them
     assert {Path(s.path).name for s in list_runs(out)} == {"dapo", "grpo_-_eps_0.2"}
-    code, _, err = _cli(capsys, "analyze", str(out))
+    code, _, err = _cli(capsys, "export", str(out), "--format", "csv")
     assert code == 2 and "is a folder of runs (dapo, grpo_-_eps_0.2)" in err
 
 
