@@ -279,3 +279,30 @@ def test_analyze_of_a_folder_of_imported_runs_says_which_collapsed_and_why(tmp_p
     assert data["broken"]["onset"]["step"] == 80 and not data["healthy"]["collapsed"]
     code, _, err = _cli(capsys, "analyze", str(runs), "--html", str(tmp_path / "r.html"))
     assert code == 2 and "one run" in err
+
+
+def test_tensorboard_csv_downloads_and_scalar_tables_name_their_runs(tmp_path, capsys):
+    # TensorBoard's "Download CSV": one metric per file, run and tag in the file name with
+    # every "/" made "_"; the tag's slashes come back where that gives a known name
+    for tag, values in (("actor_pg_clipfrac", [0.5, 0.4]), ("my_own_metric", [3.0, 4.0])):
+        lines = ["Wall time,Step,Value"] + [f"{1.7e9 + s},{s},{v}" for s, v in enumerate(values)]
+        (tmp_path / f"run-ppo_seed1-tag-{tag}.csv").write_text("\n".join(lines) + "\n")
+    files = sorted(str(p) for p in tmp_path.glob("run-*.csv"))
+    code, stdout, err = _cli(capsys, "import", *files, "--out", str(tmp_path / "r"))
+    assert code == 0, err
+    assert "(run 'ppo_seed1')" in stdout
+    assert _series(tmp_path / "r") == {
+        "staleness/mask_frac": {0: 0.5, 1: 0.4},  # actor/pg_clipfrac, mapped
+        "my_own_metric": {0: 3.0, 1: 4.0},  # no known name: kept as written
+    }
+    # `experiment.get_scalars()` as CSV: a long table with a run column, one run per value
+    table = tmp_path / "scalars.csv"
+    table.write_text(
+        "run,tag,step,value\nppo,actor/entropy,0,0.9\nppo,actor/entropy,1,0.8\n"
+        "grpo,actor/entropy,0,0.7\ngrpo,actor/entropy,x,0.6\n"
+    )
+    code, _, err = _cli(capsys, "import", str(table), "--out", str(tmp_path / "t"))
+    assert code == 0, err
+    assert "1 garbage row(s) of 4 skipped" in err  # the step "x"
+    assert _series(tmp_path / "t" / "ppo") == {"policy/entropy": {0: 0.9, 1: 0.8}}
+    assert _series(tmp_path / "t" / "grpo") == {"policy/entropy": {0: 0.7}}

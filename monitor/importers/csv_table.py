@@ -7,7 +7,11 @@ Accepted shapes:
   envelope columns are dropped; a "<run> - " prefix shared by all columns is removed (the
   run is named in `Parsed.runs`), and a chart of several runs keeps the prefixes, one run
   per prefix (`Parsed.by_run`).
-- long: exactly `step,name,value` — what `minirl export --format csv` writes.
+- long: `step,name,value` — what `minirl export --format csv` writes — or, as
+  TensorBoard's `experiment.get_scalars()` writes it, `run,tag,step,value` (a `run`
+  column makes one run per value of it; `wall_time` is ignored).
+- TensorBoard's "Download CSV" (`Wall time,Step,Value`): one metric, named by the file
+  (`run-<run>-tag-<tag>.csv`, see `_tag_from_file_name`).
 
 Empty cells are missing values, not garbage. A row is one line (a cell cannot span lines,
 so a stray quote spoils its own row, not the rest of the file); it is garbage when its
@@ -18,13 +22,20 @@ A leading byte-order mark (a spreadsheet's UTF-8 export) is not part of the firs
 from __future__ import annotations
 
 import csv
+import itertools
+import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from monitor.importers.jsonl import STEP_KEYS
+from monitor.importers.names import PEER_NAMES
 from monitor.importers.parsed import RUN_SEP, Parsed, as_step
 
 STEP_COLUMNS = (*STEP_KEYS, "iteration")
+LONG_NAME_COLUMNS = ("name", "tag", "metric")
+LONG_EXTRA_COLUMNS = ("run", "wall_time")
+"""A long table may also say which run a row is of (TensorBoard's `get_scalars()`)."""
+TENSORBOARD_DOWNLOAD = ["Wall time", "Step", "Value"]
 _ENVELOPE = ("__MIN", "__MAX")
 
 
@@ -50,6 +61,25 @@ def _rows(lines: Iterable[str], delimiter: str, parsed: Parsed) -> Iterator[tupl
         yield lineno, row
 
 
+def _tag_from_file_name(stem: str) -> tuple[str, str]:
+    """(run, metric) of a TensorBoard "Download CSV" file, named "run-<run>-tag-<tag>"
+    with every "/" of both made "_": the tag's slashes are put back where that gives a
+    known peer or minirl name ("actor_pg_clipfrac" -> "actor/pg_clipfrac"), else the name
+    stays as written. A file named otherwise is one unnamed run; its name is the metric."""
+    match = re.fullmatch(r"run-(.*)-tag-(.+)", stem)
+    run, tag = (match.group(1), match.group(2)) if match else ("", stem)
+    parts = tag.split("_")
+    if "/" in tag or len(parts) > 9:
+        return run, tag
+    known = set(PEER_NAMES) | set(PEER_NAMES.values())
+    found = set()
+    for seps in itertools.product("_/", repeat=len(parts) - 1):
+        name = parts[0] + "".join(sep + part for sep, part in zip(seps, parts[1:], strict=True))
+        if name in known:
+            found.add(name)
+    return run, found.pop() if len(found) == 1 else tag
+
+
 def parse_csv(path: Path) -> Parsed:
     """Read a CSV/TSV log; see the module docstring for the accepted shapes."""
     parsed = Parsed(unit="row")
@@ -71,15 +101,27 @@ def parse_csv(path: Path) -> Parsed:
                 parsed.garbage += 1
             return parsed
         step_idx = header.index(step_col)
-        long = sorted(header) == sorted([step_col, "name", "value"])
-        metrics = [
-            (i, name)
-            for i, name in enumerate(header)
-            if i != step_idx and not name.startswith("_") and not name.endswith(_ENVELOPE)
-        ]
-        parsed.runs = _column_runs([name for _, name in metrics])
-        if len(parsed.runs) == 1:  # one run: its name is not part of the metrics'
-            metrics = [(i, name.rsplit(RUN_SEP, 1)[1]) for i, name in metrics]
+        name_col = next((c for c in LONG_NAME_COLUMNS if c in header), None)
+        long = (
+            name_col is not None
+            and "value" in header
+            and set(header) <= {step_col, name_col, "value", *LONG_EXTRA_COLUMNS}
+        )
+        run_idx = header.index("run") if long and "run" in header else None
+        long_runs: dict[str, None] = {}
+        if header == TENSORBOARD_DOWNLOAD:  # one metric, named by the file
+            run, metric = _tag_from_file_name(path.stem)
+            metrics = [(header.index("Value"), metric)]
+            parsed.runs = [run] if run else []
+        else:
+            metrics = [
+                (i, name)
+                for i, name in enumerate(header)
+                if i != step_idx and not name.startswith("_") and not name.endswith(_ENVELOPE)
+            ]
+            parsed.runs = _column_runs([name for _, name in metrics])
+            if len(parsed.runs) == 1:  # one run: its name is not part of the metrics'
+                metrics = [(i, name.rsplit(RUN_SEP, 1)[1]) for i, name in metrics]
         for lineno, row in reader:
             if not row or all(not cell.strip() for cell in row):
                 continue
@@ -92,8 +134,16 @@ def parse_csv(path: Path) -> Parsed:
                 parsed.bad(f"row {lineno}", f"{step_col}={row[step_idx]!r:.40} is not a step")
                 continue
             if long:
-                name, raw = row[header.index("name")], row[header.index("value")]
+                name, raw = row[header.index(name_col)], row[header.index("value")]
+                if run_idx is not None:  # named "<run> - <metric>" until the runs are known
+                    long_runs[row[run_idx]] = None
+                    name = f"{row[run_idx]}{RUN_SEP}{name}"
                 parsed.add_long(step, name, raw, f"row {lineno}")
             else:  # an empty cell: the metric was not logged at this step
                 parsed.add_fields(step, ((name, row[i]) for i, name in metrics if row[i].strip()))
+    if long_runs:
+        parsed.runs = list(long_runs)
+        if len(parsed.runs) == 1:  # one run: its name is not part of the metrics'
+            cut = len(parsed.runs[0] + RUN_SEP)
+            parsed.rows = {s: {n[cut:]: v for n, v in r.items()} for s, r in parsed.rows.items()}
     return parsed
