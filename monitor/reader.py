@@ -41,8 +41,8 @@ _QCOLS = tuple(QUANTILES)
 
 
 def _runs_inside(folder: Path) -> str:
-    """ ", a folder of runs: ..." when `folder` holds run stores one level down (a
-    multi-run import, a runs folder), so the reader is pointed at one of them."""
+    """The end of a "no run store" message when `folder` holds run stores one level down
+    (a multi-run import, a runs folder): their names, so the user can pick one."""
     if not folder.is_dir():
         return ""
     runs = sorted(p.name for p in folder.iterdir() if (p / STORE_FILE).is_file())
