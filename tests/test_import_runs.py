@@ -306,3 +306,22 @@ def test_tensorboard_csv_downloads_and_scalar_tables_name_their_runs(tmp_path, c
     assert "1 garbage row(s) of 4 skipped" in err  # the step "x"
     assert _series(tmp_path / "t" / "ppo") == {"policy/entropy": {0: 0.9, 1: 0.8}}
     assert _series(tmp_path / "t" / "grpo") == {"policy/entropy": {0: 0.7}}
+
+
+def test_a_table_of_concatenated_run_histories_splits_by_its_run_column(tmp_path, capsys):
+    table = tmp_path / "histories.csv"
+    table.write_text(
+        "_step,run,actor/entropy,critic/score/mean\n"
+        "0,a,0.9,0.1\n1,a,0.8,0.2\n0,b,0.7,0.3\n1,b,,0.4\n"
+    )
+    code, _, err = _cli(capsys, "import", str(table), "--out", str(tmp_path / "t"))
+    assert code == 0, err
+    assert "repeated" not in err  # the runs' steps no longer land on each other
+    assert _series(tmp_path / "t" / "a") == {
+        "policy/entropy": {0: 0.9, 1: 0.8},
+        "reward/mean": {0: 0.1, 1: 0.2},
+    }
+    assert _series(tmp_path / "t" / "b") == {
+        "policy/entropy": {0: 0.7},
+        "reward/mean": {0: 0.3, 1: 0.4},
+    }

@@ -8,8 +8,10 @@ Accepted shapes:
   run is named in `Parsed.runs`), and a chart of several runs keeps the prefixes, one run
   per prefix (`Parsed.by_run`).
 - long: `step,name,value` — what `minirl export --format csv` writes — or, as
-  TensorBoard's `experiment.get_scalars()` writes it, `run,tag,step,value` (a `run`
-  column makes one run per value of it; `wall_time` is ignored).
+  TensorBoard's `experiment.get_scalars()` writes it, `run,tag,step,value` (`wall_time`
+  is ignored).
+- A `run` column, in either shape, makes one run per value of it (run histories
+  concatenated into one table).
 - TensorBoard's "Download CSV" (`Wall time,Step,Value`): one metric, named by the file
   (`run-<run>-tag-<tag>.csv`, see `_tag_from_file_name`).
 
@@ -33,8 +35,10 @@ from monitor.importers.parsed import RUN_SEP, Parsed, as_step
 
 STEP_COLUMNS = (*STEP_KEYS, "iteration")
 LONG_NAME_COLUMNS = ("name", "tag", "metric")
-LONG_EXTRA_COLUMNS = ("run", "wall_time")
-"""A long table may also say which run a row is of (TensorBoard's `get_scalars()`)."""
+RUN_COLUMN = "run"
+"""A column saying which run a row is of (TensorBoard's `get_scalars()`, run histories
+concatenated into one table): one run per value."""
+LONG_EXTRA_COLUMNS = (RUN_COLUMN, "wall_time")
 TENSORBOARD_DOWNLOAD = ["Wall time", "Step", "Value"]
 _ENVELOPE = ("__MIN", "__MAX")
 
@@ -107,8 +111,8 @@ def parse_csv(path: Path) -> Parsed:
             and "value" in header
             and set(header) <= {step_col, name_col, "value", *LONG_EXTRA_COLUMNS}
         )
-        run_idx = header.index("run") if long and "run" in header else None
-        long_runs: dict[str, None] = {}
+        run_idx = header.index(RUN_COLUMN) if RUN_COLUMN in header else None
+        row_runs: dict[str, None] = {}
         if header == TENSORBOARD_DOWNLOAD:  # one metric, named by the file
             run, metric = _tag_from_file_name(path.stem)
             metrics = [(header.index("Value"), metric)]
@@ -117,7 +121,9 @@ def parse_csv(path: Path) -> Parsed:
             metrics = [
                 (i, name)
                 for i, name in enumerate(header)
-                if i != step_idx and not name.startswith("_") and not name.endswith(_ENVELOPE)
+                if i not in (step_idx, run_idx)
+                and not name.startswith("_")
+                and not name.endswith(_ENVELOPE)
             ]
             parsed.runs = _column_runs([name for _, name in metrics])
             if len(parsed.runs) == 1:  # one run: its name is not part of the metrics'
@@ -133,16 +139,18 @@ def parse_csv(path: Path) -> Parsed:
             if step is None:
                 parsed.bad(f"row {lineno}", f"{step_col}={row[step_idx]!r:.40} is not a step")
                 continue
+            # a row of a run column: its names are "<run> - <metric>" until the runs are known
+            prefix = "" if run_idx is None else f"{row[run_idx]}{RUN_SEP}"
+            if run_idx is not None:
+                row_runs[row[run_idx]] = None
             if long:
                 name, raw = row[header.index(name_col)], row[header.index("value")]
-                if run_idx is not None:  # named "<run> - <metric>" until the runs are known
-                    long_runs[row[run_idx]] = None
-                    name = f"{row[run_idx]}{RUN_SEP}{name}"
-                parsed.add_long(step, name, raw, f"row {lineno}")
+                parsed.add_long(step, prefix + name, raw, f"row {lineno}")
             else:  # an empty cell: the metric was not logged at this step
-                parsed.add_fields(step, ((name, row[i]) for i, name in metrics if row[i].strip()))
-    if long_runs:
-        parsed.runs = list(long_runs)
+                cells = ((prefix + name, row[i]) for i, name in metrics if row[i].strip())
+                parsed.add_fields(step, cells)
+    if row_runs:
+        parsed.runs = list(row_runs)
         if len(parsed.runs) == 1:  # one run: its name is not part of the metrics'
             cut = len(parsed.runs[0] + RUN_SEP)
             parsed.rows = {s: {n[cut:]: v for n, v in r.items()} for s, r in parsed.rows.items()}
