@@ -281,6 +281,15 @@ def test_analyze_of_a_folder_of_imported_runs_says_which_collapsed_and_why(tmp_p
     assert code == 2 and "one run" in err
 
 
+def _import_table(tmp_path: Path, capsys, text: str) -> str:
+    """`text` as table.csv imported into tmp_path/t; what the import said on stderr."""
+    table = tmp_path / "table.csv"
+    table.write_text(text)
+    code, _, err = _cli(capsys, "import", str(table), "--out", str(tmp_path / "t"))
+    assert code == 0, err
+    return err
+
+
 def test_tensorboard_csv_downloads_and_scalar_tables_name_their_runs(tmp_path, capsys):
     # TensorBoard's "Download CSV": one metric per file, run and tag in the file name with
     # every "/" made "_"; the tag's slashes come back where that gives a known name
@@ -296,26 +305,24 @@ def test_tensorboard_csv_downloads_and_scalar_tables_name_their_runs(tmp_path, c
         "my_own_metric": {0: 3.0, 1: 4.0},  # no known name: kept as written
     }
     # `experiment.get_scalars()` as CSV: a long table with a run column, one run per value
-    table = tmp_path / "scalars.csv"
-    table.write_text(
+    err = _import_table(
+        tmp_path,
+        capsys,
         "run,tag,step,value\nppo,actor/entropy,0,0.9\nppo,actor/entropy,1,0.8\n"
-        "grpo,actor/entropy,0,0.7\ngrpo,actor/entropy,x,0.6\n"
+        "grpo,actor/entropy,0,0.7\ngrpo,actor/entropy,x,0.6\n",
     )
-    code, _, err = _cli(capsys, "import", str(table), "--out", str(tmp_path / "t"))
-    assert code == 0, err
     assert "1 garbage row(s) of 4 skipped" in err  # the step "x"
     assert _series(tmp_path / "t" / "ppo") == {"policy/entropy": {0: 0.9, 1: 0.8}}
     assert _series(tmp_path / "t" / "grpo") == {"policy/entropy": {0: 0.7}}
 
 
 def test_a_table_of_concatenated_run_histories_splits_by_its_run_column(tmp_path, capsys):
-    table = tmp_path / "histories.csv"
-    table.write_text(
+    err = _import_table(
+        tmp_path,
+        capsys,
         "_step,run,actor/entropy,critic/score/mean\n"
-        "0,a,0.9,0.1\n1,a,0.8,0.2\n0,b,0.7,0.3\n1,b,,0.4\n"
+        "0,a,0.9,0.1\n1,a,0.8,0.2\n0,b,0.7,0.3\n1,b,,0.4\n",
     )
-    code, _, err = _cli(capsys, "import", str(table), "--out", str(tmp_path / "t"))
-    assert code == 0, err
     assert "repeated" not in err  # the runs' steps no longer land on each other
     assert _series(tmp_path / "t" / "a") == {
         "policy/entropy": {0: 0.9, 1: 0.8},
