@@ -326,7 +326,7 @@ def write(pairs: list[Pair], command: str, out: Path) -> None:
             when = (
                 f"step {a['step']}"
                 if a["step"] is not None
-                else f"proposed after step {a.get('proposed')}, never applied (the run ended)"
+                else f"proposed after step {a['proposed']}, never applied (the run ended)"
             )
             lines.append(
                 f"- {p.config}/seed{p.seed}, {when}: `{a['kind']} {a['params']}` "

@@ -33,7 +33,7 @@ from dashboard.ui import guard, links, operator_permission, pick_run, runs_or_st
 from monitor.analyze import analyze_run
 from monitor.errors import UserError
 from monitor.importers import FORMATS
-from monitor.schema import STORE_FILE
+from monitor.schema import STORE_FILE, runs_below
 
 N_PRECURSOR_CHARTS = 4
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -211,7 +211,7 @@ def _beside(folder: Path) -> tuple[list[str], list[str]]:
     """Move the run stores of `folder` (an upload of several runs) next to it as
     "<folder>-<run>", where the run list shows them; (moved, kept in `folder`)."""
     moved, kept = [], []
-    for run in sorted(p for p in folder.iterdir() if (p / STORE_FILE).exists()):
+    for run in runs_below(folder):
         target = folder.parent / f"{folder.name}-{run.name}"
         if target.exists():
             kept.append(run.name)

@@ -92,12 +92,10 @@ def _folder_line(name: str, a) -> str:  # a: Analysis
     )
 
 
-def _analyze_folder(folder: Path, metric: str | None, as_json: bool) -> int:
-    """Every run under `folder`, one line each (or a JSON list of full analyses)."""
+def _analyze_folder(folder: Path, runs: list[Path], metric: str | None, as_json: bool) -> int:
+    """Every run of `folder`, one line each (or a JSON list of full analyses)."""
     from monitor.analyze import analyze_run
-    from monitor.reader import list_runs
 
-    runs = sorted(Path(s.path) for s in list_runs(folder))
     lines, out = [], []
     for run in runs:
         try:
@@ -130,15 +128,12 @@ def main(argv: list[str]) -> int:
 
     from monitor.analyze import analyze_run
     from monitor.damage import StoreDamaged
-    from monitor.schema import store_path
+    from monitor.schema import runs_below, store_path
 
-    if args.run.is_dir() and not store_path(args.run).is_file():
-        from monitor.reader import list_runs
-
-        if list_runs(args.run):  # a folder of runs
-            if args.html:
-                raise UserError(f"--html writes the report of one run; {args.run} is a folder")
-            return _analyze_folder(args.run, args.metric, args.json)
+    if not store_path(args.run).is_file() and (runs := runs_below(args.run)):  # a folder
+        if args.html:
+            raise UserError(f"--html writes the report of one run; {args.run} is a folder")
+        return _analyze_folder(args.run, runs, args.metric, args.json)
     try:
         analysis = analyze_run(str(args.run), outcome=args.metric)
     except StoreDamaged as err:

@@ -186,14 +186,12 @@ def main(argv: list[str]) -> int:
     parts = [(file, *_read(file, args.format)) for file in args.files]
     runs = merge_runs([(file, parsed) for file, _, parsed in parts], args.run)
     several = len(runs) > 1
-    if several:
-        dirs = [_run_dir_name(name) for name in runs]
-        if len(set(dirs)) < len(dirs):
-            raise UserError(
-                f"runs {', '.join(repr(n) for n in runs)} would share a directory name under "
-                f"{args.out}; import them one at a time with --run NAME"
-            )
     outs = {name: args.out / _run_dir_name(name) if several else args.out for name in runs}
+    if len(set(outs.values())) < len(outs):
+        raise UserError(
+            f"runs {', '.join(repr(n) for n in runs)} would share a directory name under "
+            f"{args.out}; import them one at a time with --run NAME"
+        )
     for out in {args.out, *outs.values()}:  # all checked before any is written
         if (out / STORE_FILE).exists():
             raise UserError(f"{out} already holds a run; choose a new --out")

@@ -34,7 +34,7 @@ from monitor.records import (
     RunSummary,
     severity_rank,
 )
-from monitor.schema import SCHEMA_VERSION, STORE_FILE, store_path
+from monitor.schema import SCHEMA_VERSION, STORE_FILE, runs_below, store_path
 from monitor.thinning import thin
 
 _QCOLS = tuple(QUANTILES)
@@ -43,9 +43,7 @@ _QCOLS = tuple(QUANTILES)
 def _runs_inside(folder: Path) -> str:
     """The end of a "no run store" message when `folder` holds run stores one level down
     (a multi-run import, a runs folder): their names, so the user can pick one."""
-    if not folder.is_dir():
-        return ""
-    runs = sorted(p.name for p in folder.iterdir() if (p / STORE_FILE).is_file())
+    runs = [p.name for p in runs_below(folder)]
     if not runs:
         return ""
     shown = ", ".join(runs[:5]) + (f" and {len(runs) - 5} more" if len(runs) > 5 else "")
@@ -386,7 +384,7 @@ def list_runs(runs_dir: str | os.PathLike[str], stale_after_s: float = 120.0) ->
     root = Path(runs_dir)
     if not root.is_dir():
         raise UserError(f"runs directory {root} does not exist")
-    candidates = [root / STORE_FILE, *sorted(p / STORE_FILE for p in root.iterdir() if p.is_dir())]
+    candidates = [root / STORE_FILE, *(run / STORE_FILE for run in runs_below(root))]
     out = []
     for path in candidates:
         if not path.is_file():

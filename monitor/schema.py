@@ -181,6 +181,14 @@ def store_path(run: str | os.PathLike[str]) -> Path:
     return path / STORE_FILE if path.is_dir() or path.suffix != ".sqlite" else path
 
 
+def runs_below(folder: Path) -> list[Path]:
+    """The run directories one level below `folder` (each holds a store), by name: a
+    folder of runs, as `minirl import` writes one for a log of several runs."""
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if (p / STORE_FILE).is_file())
+
+
 def _not_a_store(path: Path, why: str) -> UserError:
     return UserError(f"{path} is not a readable minirl run store ({why})")
 

@@ -4,9 +4,8 @@ Accepted shapes:
 - wide: a step column (the first present of STEP_COLUMNS) plus one column per metric — a
   W&B history export (`_step`), a pandas dump of a trainer's log. W&B's chart export
   ("Step", "<run> - <metric>", "<run> - <metric>__MIN"/"__MAX") works too: the __MIN/__MAX
-  envelope columns are dropped; a "<run> - " prefix shared by all columns is removed (the
-  run is named in `Parsed.runs`), and a chart of several runs keeps the prefixes, one run
-  per prefix (`Parsed.by_run`).
+  envelope columns are dropped and each "<run> - " prefix names a run (`Parsed.runs`;
+  `Parsed.by_run` splits the values by it).
 - long: `step,name,value` — what `minirl export --format csv` writes — or, as
   TensorBoard's `experiment.get_scalars()` writes it, `run,tag,step,value` (`wall_time`
   is ignored).
@@ -115,7 +114,7 @@ def parse_csv(path: Path) -> Parsed:
         row_runs: dict[str, None] = {}
         if header == TENSORBOARD_DOWNLOAD:  # one metric, named by the file
             run, metric = _tag_from_file_name(path.stem)
-            metrics = [(header.index("Value"), metric)]
+            metrics = [(header.index("Value"), f"{run}{RUN_SEP}{metric}" if run else metric)]
             parsed.runs = [run] if run else []
         else:
             metrics = [
@@ -126,8 +125,6 @@ def parse_csv(path: Path) -> Parsed:
                 and not name.endswith(_ENVELOPE)
             ]
             parsed.runs = _column_runs([name for _, name in metrics])
-            if len(parsed.runs) == 1:  # one run: its name is not part of the metrics'
-                metrics = [(i, name.rsplit(RUN_SEP, 1)[1]) for i, name in metrics]
         for lineno, row in reader:
             if not row or all(not cell.strip() for cell in row):
                 continue
@@ -139,7 +136,7 @@ def parse_csv(path: Path) -> Parsed:
             if step is None:
                 parsed.bad(f"row {lineno}", f"{step_col}={row[step_idx]!r:.40} is not a step")
                 continue
-            # a row of a run column: its names are "<run> - <metric>" until the runs are known
+            # a row of a run column: its names are "<run> - <metric>", like a chart export's
             prefix = "" if run_idx is None else f"{row[run_idx]}{RUN_SEP}"
             if run_idx is not None:
                 row_runs[row[run_idx]] = None
@@ -151,7 +148,4 @@ def parse_csv(path: Path) -> Parsed:
                 parsed.add_fields(step, cells)
     if row_runs:
         parsed.runs = list(row_runs)
-        if len(parsed.runs) == 1:  # one run: its name is not part of the metrics'
-            cut = len(parsed.runs[0] + RUN_SEP)
-            parsed.rows = {s: {n[cut:]: v for n, v in r.items()} for s, r in parsed.rows.items()}
     return parsed

@@ -38,7 +38,7 @@ class Parsed:
     surrogate): the rest of their line is kept."""
     runs: list[str] = field(default_factory=list)
     """The runs the file names, when it names them: a TensorBoard log dir's run
-    sub-directories, a W&B chart export's "<run> - <metric>" columns. With two or more,
+    sub-directories, a W&B chart export's "<run> - <metric>" columns. When it names any,
     every name in `rows` is "<run> - <metric>" (W&B's own convention); see `by_run`."""
 
     def add(self, step: int, name: str, value: float) -> None:
@@ -88,10 +88,10 @@ class Parsed:
         self.runs.append(run)
 
     def by_run(self) -> dict[str, dict[int, dict[str, float]]]:
-        """{run: {step: {metric: value}}}: one entry ("" when the file names no run), or
-        one per run of a file that holds several."""
-        if len(self.runs) < 2:
-            return {self.runs[0] if self.runs else "": self.rows}
+        """{run: {step: {metric: value}}}: one entry per run the file names, or one
+        ("") for a file that names none."""
+        if not self.runs:
+            return {"": self.rows}
         out: dict[str, dict[int, dict[str, float]]] = {run: {} for run in self.runs}
         longest_first = sorted(self.runs, key=len, reverse=True)  # "a - b" before "a"
         for step, row in self.rows.items():
