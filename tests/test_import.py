@@ -68,6 +68,10 @@ def test_peer_names_map_onto_ours_and_unknown_names_stay():
     assert canonical_name("train/entropy") == "policy/entropy"  # TRL through HF's prefix
     assert canonical_name("train/train_rollout_logprob_abs_diff") == "mismatch/logprob_abs_diff"
     assert canonical_name("mismatch_kl/mean") == "mismatch/kl_k3"  # prime-rl (k3 estimator)
+    # open-instruct (OLMo 3's RLVR trainer)
+    assert canonical_name("debug/vllm_vs_local_logprob_diff_mean") == "mismatch/logprob_abs_diff"
+    assert canonical_name("objective/verifiable_correct_rate") == "reward/acc"
+    assert canonical_name("policy/clipfrac_avg") == "staleness/mask_frac"
     assert canonical_name("entropy") == "policy/entropy"
     assert canonical_name("my/own_metric") == "my/own_metric"
     assert canonical_name("train/something_else") == "train/something_else"

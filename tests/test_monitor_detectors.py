@@ -39,6 +39,7 @@ def healthy(n: int, seed: int, on_policy: bool = True) -> list[dict[str, float]]
         "mismatch/kl_k3": ln(1e-3, 0.25),
         "mismatch/chi2_token": ln(0.01, 0.3),
         "mismatch/prob_abs_diff": ln(3e-3, 0.25),
+        "mismatch/logprob_abs_diff": ln(2e-2, 0.2),
         "mismatch/ess": 1.0 - ln(0.02, 0.3),
         "is/trunc_frac": ln(1e-4, 0.5),
         "staleness/kl_k3": np.zeros(n) if on_policy else ln(2e-3, 0.3),
@@ -258,6 +259,44 @@ def test_verl_probability_difference_rising_is_a_training_inference_precursor():
     ev = run(s, only="mismatch_prob_diff")
     assert fired(ev) == [(123, "warning")]
     assert ev[0][1].factor == "train_inference" and ev[0][1].metric == "mismatch/prob_abs_diff"
+
+
+def test_an_anchored_baseline_catches_a_slow_drift_that_a_moving_one_absorbs():
+    rule = ChangeRule(
+        "x/m", "train_inference", "up", "fix", floor=1e-4, warmup=0, window=5, gap=0,
+        min_baseline=5, recent=1, persist=1, z=3.0, min_change=2.0, sigma_floor=0.2,
+        anchored=True,
+    )  # fmt: skip
+    # 5 points at 1.0 (the anchor: log-median 0, MAD 0 → the floor 0.2), then ×1.1 a step:
+    # point i ≥ 5 is 1.1^(i−4), first ≥ 2 (the fold) at i = 12 (1.1^8 = 2.14; 1.1^7 = 1.95)
+    values = [1.0] * 5 + [1.1 ** (i - 4) for i in range(5, 40)]
+    ev = run(stream(values), change_only(rule), only="mismatch_kl")
+    assert fired(ev)[0] == (12, "warning")
+    alert = ev[0][1]
+    assert alert.baseline == 1.0 and alert.window == 5  # the anchor never took a later point
+    assert "2.14× above its level over steps 0-4 (1, median of 5 points)" in alert.message
+    # the same rule with a moving baseline admits each point (z ≈ 3·0.095/0.2 < admit_z 2)
+    # and only ever sees ×1.1^3 ≈ 1.33 against its window's median
+    moving = dataclasses.replace(rule, anchored=False)
+    assert fired(run(stream(values), change_only(moving), only="mismatch_kl")) == []
+
+
+def test_a_slow_mismatch_drift_is_flagged_hundreds_of_steps_before_it_explodes():
+    """The shape public reports give of a mismatch collapse (open-instruct's |Δ log p|
+    rising ~10× over 400 steps, then exploding): the drift rule warns once it has doubled;
+    the moving-baseline rule on the same metric sees nothing until the explosion."""
+    from monitor.importers.names import canonical_name
+
+    name = canonical_name("debug/vllm_vs_local_logprob_diff_mean")
+    s = healthy(650, seed=7)
+    for t, row in enumerate(s):
+        growth = 10 ** min(max(t - 120, 0) / 400, 1.0) * 20 ** (max(t - 520, 0) / 130)
+        row[name] *= growth
+    first = fired(run(s, only="mismatch_logprob_drift"))[0][0]
+    assert 200 <= first <= 280  # doubled at t ≈ 240 (10^(120/400) = 2.0)
+    assert all(step > 520 for step, _ in fired(run(s, only="mismatch_logprob_diff")))
+    alerts = [x for _, x in run(s, only="mismatch_logprob_drift") if isinstance(x, AlertDraft)]
+    assert {x.factor for x in alerts} == {"train_inference"}
 
 
 def test_clipping_switched_off_is_a_staleness_precursor_a_benign_fall_is_not():

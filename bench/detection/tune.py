@@ -45,8 +45,9 @@ def config_for(
     rules = {}
     for f in dataclasses.fields(base):
         rule = getattr(base, f.name)
-        if isinstance(rule, ChangeRule) and rule.metric in SETTINGS:
-            # a setting is exact: the noise knobs (z, median, persistence, fold) do not
+        if isinstance(rule, ChangeRule) and (rule.metric in SETTINGS or rule.anchored):
+            # a setting is exact, and a drift rule reads its own long median against the
+            # run's early level: the noise knobs (z, median, persistence, fold) do not
             # apply; only the baseline's length, which is the run's warm-up, is shared
             rules[f.name] = dataclasses.replace(
                 rule, min_baseline=baseline, warmup=(2 * baseline) // 3

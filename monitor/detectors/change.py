@@ -30,6 +30,7 @@ class ChangeDetector:
         self._recent: deque[float] = deque(maxlen=rule.recent)
         self._gate = Gate(rule.persist, rule.clear_after, rule.cooldown)
         self._open_for = 0  # points since the open alert fired
+        self._span: tuple[int, int] | None = None  # steps of the first and last baseline points
 
     def _read(self, x: float) -> float:
         r = self.rule
@@ -85,7 +86,9 @@ class ChangeDetector:
                 self._gate.not_calm()
             return out  # nor does a value seen while the alert is open
         self._gate.quiet()
-        if self._n > r.warmup and (s is None or s[0] < r.admit_z):
+        anchor_full = r.anchored and len(self._history) >= r.window
+        if self._n > r.warmup and (s is None or s[0] < r.admit_z) and not anchor_full:
+            self._span = (self._span[0] if self._history and self._span else step, step)
             self._history.append(v)  # only unremarkable values teach the baseline
         return out
 
@@ -106,6 +109,11 @@ class ChangeDetector:
             else f"{fmt(recent)} (median of the last {len(self._recent)}; now {fmt(x)})"
         )
         held = f" for {r.persist} steps" if r.persist > 1 else ""
+        if r.anchored:
+            first, last = self._span or (step, step)
+            where = f"its level over steps {first}-{last} ({fmt(base)}, median of {n} points)"
+        else:
+            where = f"its baseline {fmt(base)} (median of {n} steps before step {step - r.gap})"
         return AlertDraft(
             detector=self.name,
             severity="warning",
@@ -115,8 +123,8 @@ class ChangeDetector:
             window=n,
             factor=r.factor,
             message=(
-                f"{r.metric} {verb} to {now}, {size} its baseline {fmt(base)} (median of "
-                f"{n} steps before step {step - r.gap}); robust z {z:.1f} ≥ {fmt(r.z)}{held}"
+                f"{r.metric} {verb} to {now}, {size} {where}; robust z {z:.1f} ≥ "
+                f"{fmt(r.z)}{held}"
             ),
             remedy=r.remedy,
         )

@@ -137,6 +137,10 @@ class ChangeRule:
     """An alert still open after this many points clears: the new level held without a
     breakdown (or after a fix), so it becomes the run's new normal and the baseline is
     learned again from the next points."""
+    anchored: bool = False
+    """The baseline is the run's early level: the first `window` points admitted after
+    warm-up, then frozen (`gap` 0). A moving baseline absorbs a slow drift (10× over 400
+    steps is 1.2× per 40-point window); this one measures it against where the run began."""
     enabled: bool = True
 
 
@@ -215,6 +219,23 @@ def setting_rule(
     )
 
 
+def drift_rule(metric: str, floor: float, fold: float) -> ChangeRule:
+    """A training-inference mismatch drifting up from the run's early level (`anchored`).
+
+    A mismatch's level is set by the two engines' numerics and the policy's entropy, so it
+    starts where it will stay: healthy runs hold it within 2× (entropy itself moves less
+    than 2× in the lab's and the public logs' stable runs; the lab's kl_k3 at most 3.2×
+    over 100 steps). A sustained rise of several times is the engines diverging (a
+    kernel, a stale weight sync, the policy moving where the rollout engine's numerics
+    fail), the slow build-up public reports show before mismatch collapses. The fold is
+    4× for a KL (quadratic in the log-ratio ℓ) and 2× for a mean |ℓ| or |Δp| (linear): the
+    same move of ℓ. Robust to spikes: the median of the last 10 points, held for 5."""
+    return ChangeRule(
+        metric, "train_inference", "up", R_IS, floor=floor, min_change=fold,
+        anchored=True, window=20, gap=0, recent=10, persist=5,
+    )  # fmt: skip
+
+
 # ---------------------------------------------------------------------------- the defaults
 @dataclass(frozen=True)
 class DetectorsConfig:
@@ -256,6 +277,14 @@ class DetectorsConfig:
     )
     """Mean |π_old − μ_old| of the sampled tokens' probabilities (verl's
     training/rollout_probs_diff_mean, logged before verl had rollout_corr/)."""
+    mismatch_kl_drift: ChangeRule = drift_rule("mismatch/kl_k3", floor=1e-5, fold=4.0)
+    """KL(μ_old‖π_old) (k3) ≥ 4× its early level: a slow drift the moving baseline absorbs."""
+    mismatch_logprob_drift: ChangeRule = drift_rule(
+        "mismatch/logprob_abs_diff", floor=1e-4, fold=2.0
+    )
+    """Mean |log π_old − log μ_old| ≥ 2× its early level (TRL's, slime's, open-instruct's)."""
+    mismatch_prob_drift: ChangeRule = drift_rule("mismatch/prob_abs_diff", floor=1e-4, fold=2.0)
+    """Mean |π_old − μ_old| ≥ 2× its early level (verl's training/rollout_probs_diff_mean)."""
     mismatch_ess: ChangeRule = ChangeRule(
         "mismatch/ess", "train_inference", "down", R_IS, min_change=1.875
     )

@@ -126,7 +126,34 @@ _PRIME_RL = {
     # "optim/grad_norm" and "optim/lr" are already our names.
 }
 
-PEER_NAMES: dict[str, str] = {**_VERL, **_TRL, **_SLIME, **_PRIME_RL}
+# open-instruct (allenai/open-instruct, the OLMo 3 RLVR trainer) ------------------------------
+# open_instruct/grpo_fast.py: the learner's local_metrics and the data thread's batch metrics.
+_OPEN_INSTRUCT = {
+    # |local_logprobs − vllm_logprobs| over response tokens: token mean and max of |ℓ_t|
+    # (TRL's sampling_logp_difference).
+    "debug/vllm_vs_local_logprob_diff_mean": "mismatch/logprob_abs_diff",
+    "debug/vllm_vs_local_logprob_diff_max": "mismatch/logprob_abs_diff_max",
+    # mean(vllm_lp − local_lp) = k1 of KL(μ_old‖π_old). Older versions weighted each token by
+    # μ (exp(vllm_lp)·(vllm_lp − local_lp)): not an unbiased KL estimate, but the same
+    # quantity's direction and order of magnitude, which is what a change rule reads.
+    "debug/vllm_local_reverse_kl": "mismatch/kl_k1",
+    # verifiable_correct_rate: share of the batch's responses the verifier marked correct.
+    "objective/verifiable_correct_rate": "reward/acc",
+    "objective/scores": "reward/mean",
+    # pg_clipfrac: share of tokens where the clipped surrogate term wins, as verl's.
+    "policy/clipfrac_avg": "staleness/mask_frac",
+    "policy/entropy_avg": "policy/entropy",
+    "loss/policy_avg": "optim/loss",
+    "lr": "optim/lr",
+    # "val/" here is the training batch, not a validation set: mean response length.
+    "val/sequence_lengths": "response/len_mean",
+    "val/sequence_lengths_max": "response/len_max",
+    # Not mapped: "objective/kl*_avg" is the KL to the reference model; "policy/approxkl_avg"
+    # is k2 (½ℓ²) of the staleness, which has no rule of ours; "val/stop_rate" is
+    # 1 − truncation only when every stop is an EOS.
+}
+
+PEER_NAMES: dict[str, str] = {**_VERL, **_TRL, **_SLIME, **_PRIME_RL, **_OPEN_INSTRUCT}
 
 # Hugging Face's Trainer (which TRL uses) prefixes every logged key with "train/" in W&B and
 # TensorBoard (transformers/integrations/integration_utils.py, rewrite_logs()).
