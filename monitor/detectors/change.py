@@ -123,8 +123,7 @@ class ChangeDetector:
             window=n,
             factor=r.factor,
             message=(
-                f"{r.metric} {verb} to {now}, {size} {where}; robust z {z:.1f} ≥ "
-                f"{fmt(r.z)}{held}"
+                f"{r.metric} {verb} to {now}, {size} {where}; robust z {z:.1f} ≥ {fmt(r.z)}{held}"
             ),
             remedy=r.remedy,
         )
