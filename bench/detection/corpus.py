@@ -45,7 +45,9 @@ read as a setting, once seeds 0-24 had been scored): the only lab seeds that not
 the current defaults, rule or threshold, could have been fitted to. (Seeds 21-24 were
 that for the defaults before it; `fp4_no_is` of 25-28 ran before the others, right after
 the change, and were not read for anything but their remediation outcome; seeds 29-32
-were run one stop later, with nothing in the detectors or the policy changed between.)"""
+were run one stop later, with nothing in the detectors or the policy changed between.
+The drift rules came after all of them, from public reports of slow mismatch drift, not
+from lab runs; on these seeds they add warnings only after an incident.)"""
 Stream = list[tuple[int, dict[str, float]]]
 Label = Literal["collapse", "stable", "survived"]
 

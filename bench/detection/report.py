@@ -107,7 +107,9 @@ def write(scores: dict[str, list[RunScore]], command: str, out: Path, notes: Seq
         *summary_table(groups["lab"]),
         "",
         f"Of which seeds {', '.join(map(str, UNSEEN_SEEDS))} alone, first run after the last "
-        "change to the defaults (nothing in them could have been fitted to these runs):",
+        "change to the defaults that was designed on lab runs (nothing in them could have "
+        "been fitted to these runs; the drift rules added later came from public reports "
+        "and change none of the numbers of this table):",
         "",
         *summary_table(unseen),
         "",
