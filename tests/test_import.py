@@ -83,6 +83,40 @@ def test_peer_names_map_onto_ours_and_unknown_names_stay():
 # ------------------------------------------------------------------------------ JSONL
 
 
+def test_an_open_instruct_log_keyed_by_training_step_shows_its_mismatch_drift(tmp_path, cli, imp):
+    """open-instruct's own names and step key, imported and analyzed: the vLLM-vs-learner
+    log-prob difference doubling slowly against its early level is a training-inference
+    precursor, long before the verifier's correct rate falls."""
+    rng = np.random.default_rng(11)
+    rows = []
+    for t in range(1, 501):
+        drift = 10 ** min(max(t - 100, 0) / 300, 1.0)  # ×10 over steps 100-400
+        rows.append(
+            {
+                "training_step": t,
+                "episode": 64 * t,
+                "debug/vllm_vs_local_logprob_diff_mean": 0.02 * drift * np.exp(rng.normal(0, 0.1)),
+                "objective/verifiable_correct_rate": (0.5 if t < 430 else 0.05)
+                + rng.normal(0, 0.02),
+                "policy/entropy_avg": 0.6 + rng.normal(0, 0.01),
+            }
+        )
+    log = tmp_path / "olmo.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out, run = imp(log)
+    assert out.returncode == 0, out.stderr
+    series = _series(run)
+    assert sorted(series["reward/acc"])[:2] == [1, 2]  # the optimizer step, not the episode
+    assert "mismatch/logprob_abs_diff" in series and "policy/entropy" in series
+    out = cli("analyze", str(run), "--json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["onset"]["metric"] == "reward/acc" and 425 <= report["onset"]["step"] <= 435
+    drift = [a for a in report["replayed"] if a["detector"] == "mismatch_logprob_drift"]
+    assert drift and 150 <= drift[0]["step"] <= 220  # doubled at t = 190
+    assert drift[0]["factor"] == "train_inference"
+
+
 def test_jsonl_wandb_history_with_trl_names(tmp_path, cli, imp):
     log = tmp_path / "history.jsonl"
     rows = [
