@@ -66,9 +66,13 @@ def test_two_ranks_update_like_one_and_resume_both_ways(ckpt, tmp_path, ep):
     # the whole model gathered (experts from both ranks under global indices), 2 updates
     state, ref_state = two["state"], ref["state"]
     assert state["lr_scale"] == 0.5 and state["model"].keys() == ref_state["model"].keys()
-    _close(state["model"], ref_state["model"], rtol=1e-5, atol=1e-6)
+    # Adam divides by √v: on the odd element whose gradient is near eps, the two ranks'
+    # reduction order (relative noise ~1e-7) moves its step by a few 1e-6 (measured up to
+    # 4.3e-6 on an AMD EPYC, one element in 16k): 1e-5 is 1 % of one step at lr 1e-3, where
+    # a wrong expert, a missed all-reduce or a lost update is off by a whole step or more
+    _close(state["model"], ref_state["model"], rtol=1e-5, atol=1e-5)
     _close(_moments(state), _moments(ref_state), rtol=1e-4, atol=1e-7)
-    _close(two["hf"], ref["hf"], rtol=1e-5, atol=1e-6)  # what vLLM syncs from
+    _close(two["hf"], ref["hf"], rtol=1e-5, atol=1e-5)  # what vLLM syncs from
 
     # resume 1 -> 2 (the job loaded one.pt) and 2 -> 1: one more update each, the same
     resumed = torch.load(tmp_path / "two_resumed.pt", weights_only=True)
