@@ -72,6 +72,7 @@ def test_peer_names_map_onto_ours_and_unknown_names_stay():
     assert canonical_name("debug/vllm_vs_local_logprob_diff_mean") == "mismatch/logprob_abs_diff"
     assert canonical_name("objective/verifiable_correct_rate") == "reward/acc"
     assert canonical_name("policy/clipfrac_avg") == "staleness/mask_frac"
+    assert canonical_name("train/gen_kl_error") == "mismatch/kl_k3"  # NeMo-RL (k3 by default)
     assert canonical_name("entropy") == "policy/entropy"
     assert canonical_name("my/own_metric") == "my/own_metric"
     assert canonical_name("train/something_else") == "train/something_else"

@@ -153,7 +153,19 @@ _OPEN_INSTRUCT = {
     # 1 − truncation only when every stop is an EOS.
 }
 
-PEER_NAMES: dict[str, str] = {**_VERL, **_TRL, **_SLIME, **_PRIME_RL, **_OPEN_INSTRUCT}
+# NeMo-RL (NVIDIA-NeMo/RL) --------------------------------------------------------------------
+# nemo_rl/algorithms/loss_functions.py, ClippedPGLossFn: gen_kl_error = KL(P_gen‖P_train) of
+# the generation vs the training log-probs, with the estimator of loss_fn
+# reference_policy_kl_type (k3 by default: exp(ℓ) − ℓ − 1, ours), logged under "train/".
+# Not mapped: token_mult_prob_error = mean exp(|ℓ|) (≥ 1, not one of our quantities) and
+# policy_kl_error, the reverse KL.
+_NEMO_RL = {
+    "gen_kl_error": "mismatch/kl_k3",
+    "train/gen_kl_error": "mismatch/kl_k3",
+}
+
+_PEERS = (_VERL, _TRL, _SLIME, _PRIME_RL, _OPEN_INSTRUCT, _NEMO_RL)
+PEER_NAMES: dict[str, str] = {name: ours for peer in _PEERS for name, ours in peer.items()}
 
 # Hugging Face's Trainer (which TRL uses) prefixes every logged key with "train/" in W&B and
 # TensorBoard (transformers/integrations/integration_utils.py, rewrite_logs()).
