@@ -262,11 +262,19 @@ def test_verl_probability_difference_rising_is_a_training_inference_precursor():
 
 
 def test_an_anchored_baseline_catches_a_slow_drift_that_a_moving_one_absorbs():
+    knobs = {"warmup": 0, "window": 5, "gap": 0, "min_baseline": 5, "recent": 1, "persist": 1}
     rule = ChangeRule(
-        "x/m", "train_inference", "up", "fix", floor=1e-4, warmup=0, window=5, gap=0,
-        min_baseline=5, recent=1, persist=1, z=3.0, min_change=2.0, sigma_floor=0.2,
+        "x/m",
+        "train_inference",
+        "up",
+        "fix",
+        floor=1e-4,
+        z=3.0,
+        min_change=2.0,
+        sigma_floor=0.2,
         anchored=True,
-    )  # fmt: skip
+        **knobs,
+    )
     # 5 points at 1.0 (the anchor: log-median 0, MAD 0 → the floor 0.2), then ×1.1 a step:
     # point i ≥ 5 is 1.1^(i−4), first ≥ 2 (the fold) at i = 12 (1.1^8 = 2.14; 1.1^7 = 1.95)
     values = [1.0] * 5 + [1.1 ** (i - 4) for i in range(5, 40)]
