@@ -429,6 +429,44 @@ def test_no_collapse_without_a_peak_or_on_a_plateau():
     assert fired(run(plateau, only="reward_collapse")) == []
 
 
+def test_a_fall_within_the_smoothed_outcomes_own_noise_does_not_page_a_public_run():
+    """Two public runs whose per-step reward is noisy (a slime-style Qwen3-8B run with one
+    prompt × 8 samples a step, bit-exact training and rollout, and a TRL run logging 40
+    points): a plain half-the-gain test pages both, from a peak that noise set; the
+    guard does not. The mismatched twin of the first, whose reward goes to zero, is still
+    paged once the reward is gone (20-step means 0.26 at 61-80, 0.03 at 81-100)."""
+    from bench.detection.corpus import real_runs
+
+    runs = {r.name: r.stream for r in real_runs()}
+    unguarded = dataclasses.replace(
+        CFG, reward_collapse=dataclasses.replace(CFG.reward_collapse, noise_z=0.0)
+    )
+    for name in ("real/slime_rlkernel_g11", "real/trl_chaos_economy"):
+        stream = [values for _, values in runs[name]]
+        assert fired(run(stream, unguarded, only="reward_collapse")), name
+        assert fired(run(stream, only="reward_collapse")) == [], name
+    collapsing = [values for _, values in runs["real/slime_rlkernel_g10"]]
+    ((step, severity),) = fired(run(collapsing, only="reward_collapse"))
+    assert severity == "critical" and 75 <= step <= 100
+
+
+def test_the_noise_guard_is_pinned_by_hand():
+    from monitor.detectors.drop import DropDetector
+
+    rule = DropRule("reward/mean", "roll back", ewma_alpha=1.0, warmup=0, noise_z=2.0)
+    detector = DropDetector("d", rule)
+    values = [0.5, 0.6] * 6  # 11 steps of |Δ| = 0.1: σ = √(π/4)·0.1; α = 1: σ_e = σ
+    for step, v in enumerate(values):
+        detector.update(step, {"reward/mean": v})
+    sigma = math.sqrt(math.pi / 4) * 0.1
+    assert detector.noise() == pytest.approx(sigma, rel=1e-12)
+    # peak 0.6: a fall just inside 2σ_e counts as nothing, just beyond it as itself
+    detector.update(12, {"reward/mean": 0.6 - 2 * sigma * 0.999})
+    assert detector.drop == 0.0
+    detector.update(13, {"reward/mean": 0.6 - 2 * sigma * 1.001})
+    assert detector.drop == pytest.approx(2 * sigma * 1.001 / 0.6)
+
+
 # ---------------------------------------------------------------------------- breakdown
 def _precursors(n: int = 120, at: int = 80) -> list[dict[str, float]]:
     s = healthy(n, seed=6, on_policy=False)

@@ -168,6 +168,14 @@ class DropRule:
     crit_drop: float = 0.5
     clear_drop: float = 0.15
     """Hysteresis: the alert clears once the drop is back below this."""
+    noise_z: float = 4.0
+    """A fall counts only beyond this many standard deviations of the EWMA's own noise,
+    σ_e = σ·√(α/(2−α)), σ = √(π/4)·mean |x_t − x_{t−1}| of the raw outcome over its last
+    100 steps before an alert. Over a long run the EWMA's running peak sits up to ~3 σ_e
+    above the run's level and its troughs ~3 σ_e below, so a fall must exceed that whole
+    span. With a few prompts per step (a per-step reward near 0 or 1: σ_e ≈ 0.08) this is
+    what keeps a stable run from paging; with tens of prompts σ_e is about 0.01 and the
+    guard never binds."""
     cooldown: int = 50
     enabled: bool = True
 

@@ -8,6 +8,7 @@ over a know-nothing policy (`zero`) that has been lost. Higher is assumed better
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Mapping
 
 from monitor.detectors.base import Gate, fmt, reading
@@ -25,6 +26,8 @@ class DropDetector:
         self._peak = -math.inf
         self._peak_step = 0
         self._gate = Gate(cooldown=rule.cooldown)
+        self._last: float | None = None
+        self._steps: deque[float] = deque(maxlen=100)  # |x_t − x_{t−1}| while no alert is open
         self.drop = 0.0
         """The share of the gain lost so far (0 before the peak is tracked): the outcome
         evidence the breakdown rule reads."""
@@ -36,6 +39,9 @@ class DropDetector:
             return []
         a = r.ewma_alpha
         self._ewma = x if self._ewma is None else a * x + (1 - a) * self._ewma
+        if self._last is not None and not self._gate.open:
+            self._steps.append(abs(x - self._last))
+        self._last = x
         self._n += 1
         if self._n <= r.warmup:
             return []
@@ -44,7 +50,8 @@ class DropDetector:
         gain = self._peak - r.zero
         if gain < r.min_peak_gain:
             return []
-        drop = self.drop = (self._peak - self._ewma) / gain
+        fall = self._peak - self._ewma
+        drop = self.drop = fall / gain if fall >= r.noise_z * self.noise() else 0.0
         severity: Severity | None = None
         if drop >= r.crit_drop:
             severity = "critical"
@@ -55,6 +62,15 @@ class DropDetector:
         if self._gate.open and drop < r.clear_drop and self._gate.calm(step):
             return [Cleared(self.name, r.metric)]
         return []
+
+    def noise(self) -> float:
+        """σ_e, the standard deviation of the EWMA of independent noise of the raw
+        outcome's (0 until 10 steps have been seen)."""
+        if len(self._steps) < 10:
+            return 0.0
+        a = self.rule.ewma_alpha
+        sigma = math.sqrt(math.pi / 4) * sum(self._steps) / len(self._steps)
+        return sigma * math.sqrt(a / (2 - a))
 
     def _draft(self, x: float, drop: float, severity: Severity) -> AlertDraft:
         r = self.rule
