@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -437,7 +438,8 @@ def test_a_fall_within_the_smoothed_outcomes_own_noise_does_not_page_a_public_ru
     paged once the reward is gone (20-step means 0.26 at 61-80, 0.03 at 81-100)."""
     from bench.detection.corpus import real_runs
 
-    runs = {r.name: r.stream for r in real_runs()}
+    data = Path(__file__).resolve().parents[1] / "bench" / "data" / "real"  # the checkout's
+    runs = {r.name: r.stream for r in real_runs(data)}
     unguarded = dataclasses.replace(
         CFG, reward_collapse=dataclasses.replace(CFG.reward_collapse, noise_z=0.0)
     )
