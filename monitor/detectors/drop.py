@@ -64,8 +64,9 @@ class DropDetector:
         return []
 
     def noise(self) -> float:
-        """σ_e, the standard deviation of the EWMA of independent noise of the raw
-        outcome's (0 until 10 steps have been seen)."""
+        """σ_e: the standard deviation the EWMA would have on a flat outcome with the raw
+        outcome's step-to-step noise (i.i.d. noise of SD σ gives E|Δx| = 2σ/√π), 0 until
+        10 changes have been seen."""
         if len(self._steps) < 10:
             return 0.0
         a = self.rule.ewma_alpha
@@ -84,7 +85,8 @@ class DropDetector:
             factor="outcome",
             message=(
                 f"{r.metric} has fallen {drop:.0%} from its peak: smoothed {fmt(self._ewma)} "
-                f"vs peak {fmt(self._peak)} at step {self._peak_step} (now {fmt(x)})"
+                f"vs peak {fmt(self._peak)} at step {self._peak_step} (now {fmt(x)}); the "
+                f"smoothed value's own noise is ±{fmt(self.noise())}"
             ),
             remedy=r.remedy,
         )
