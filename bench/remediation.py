@@ -332,7 +332,7 @@ def write(pairs: list[Pair], command: str, out: Path) -> None:
                 f"- {p.config}/seed{p.seed}, {when}: `{a['kind']} {a['params']}` "
                 f"{a['status']} ({a['detail']}) — {a['reason']}"
             )
-    notes = RESULTS / "remediation_notes.md"
+    notes = out.with_name(f"{out.stem}_notes.md")  # what the numbers mean, written by hand
     if notes.is_file():
         lines += ["", notes.read_text()]
     out.write_text("\n".join(lines) + "\n")

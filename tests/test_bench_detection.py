@@ -6,6 +6,7 @@ on runs written through the real Monitor, with outcomes and alerts known by cons
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -57,7 +58,7 @@ def test_scores_follow_the_written_definitions():
     assert score.lead == run.onset - score.first_alert >= LEAD_GOAL
     late = RunScore("l", "report", "collapse", 80, 75, "x", 5, "staleness", "staleness", 0, 1, 100)
     missed = RunScore("m", "report", "collapse", 80, None, None, None, None, "routing", 0, 0, 100)
-    quiet = RunScore("q", "report", "stable", None, 30, "x", None, None, None, 1, 2, 200)
+    quiet = RunScore("q", "report", "stable", None, 30, "x", None, None, None, 1, 2, 200, 200, 2)
     s = summarise([score, late, missed, quiet])
     assert (s.caught, s.late, s.missed, s.collapses) == (1, 1, 1, 3)
     assert s.blame_correct == 2 and s.blame_known == 3  # 'missed' blamed nothing
@@ -67,6 +68,13 @@ def test_scores_follow_the_written_definitions():
     early = [monitors.Fired(20, "warning", "x", "train_inference"), *fired]
     pre = score_run(run, early)
     assert (pre.first_alert, pre.healthy_warnings) == (score.first_alert, 1)
+    # without an incident: a stable run is healthy throughout; a collapsing public log has
+    # no healthy stretch (its alerts before the onset are detections, not false alarms)
+    stable = score_run(dataclasses.replace(run, incident_step=None, label="stable"), early)
+    warned = sum(f.severity == "warning" for f in early)
+    assert (stable.healthy_steps, stable.healthy_warnings) == (run.steps, warned) and warned >= 2
+    public = score_run(dataclasses.replace(run, incident_step=None), early)
+    assert (public.healthy_steps, public.healthy_warnings) == (0, 0)
 
 
 def test_a_lab_run_store_exports_and_loads_back(tmp_path):

@@ -43,14 +43,18 @@ class RunScore:
     warnings: int
     steps: int
     healthy_steps: int = 0
-    """Steps of a healthy run, or of an incident run before its incident."""
+    """Steps of a stable run, or of an incident run before its incident (0 for a collapse
+    without a known incident): where any alert is a false alarm."""
     healthy_warnings: int = 0
-    """Warnings on a lab run before its incident (a false alarm like one on a stable run)."""
+    """Warnings on those steps."""
     healthy_criticals: int = 0
 
 
 def score_run(run: Run, fired: list[Fired]) -> RunScore:
-    healthy = [f for f in fired if run.incident_step is not None and f.step < run.incident_step]
+    if run.incident_step is not None:
+        healthy = [f for f in fired if f.step < run.incident_step]
+    else:
+        healthy = fired if run.label == "stable" else []
     if run.incident_step is not None:  # before its incident a lab run is a healthy run
         fired = [f for f in fired if f.step >= run.incident_step]
     limit = run.onset if run.onset is not None else 10**9
@@ -74,10 +78,15 @@ def score_run(run: Run, fired: list[Fired]) -> RunScore:
         criticals=sum(f.severity == "critical" for f in fired),
         warnings=sum(f.severity == "warning" for f in fired),
         steps=run.steps,
+        # the healthy stretch: a stable run's every step, an incident run's steps before
+        # its incident; a collapse without a known incident (a public log) has none (its
+        # alerts before the onset are early detections, not false alarms)
         healthy_steps=(
-            run.steps
-            if run.incident_step is None
-            else sum(step < run.incident_step for step, _ in run.stream)
+            sum(step < run.incident_step for step, _ in run.stream)
+            if run.incident_step is not None
+            else run.steps
+            if run.label == "stable"
+            else 0
         ),
         healthy_warnings=sum(f.severity == "warning" for f in healthy),
         healthy_criticals=sum(f.severity == "critical" for f in healthy),
@@ -146,12 +155,9 @@ def summarise(scores: list[RunScore]) -> Summary:
         else:
             s.survived += 1
             s.survived_alerted += r.first_alert is not None
-        if r.label == "stable":
-            s.stable_steps += r.steps
-            warnings += r.warnings
-        else:  # the healthy stretch before an incident
-            s.stable_steps += r.healthy_steps
-            warnings += r.healthy_warnings
+        s.stable_steps += r.healthy_steps
+        warnings += r.healthy_warnings
+        if r.label != "stable":  # a critical on the healthy stretch before an incident
             s.criticals_before_incident += r.healthy_criticals > 0
     s.leads.sort()
     s.median_lead = statistics.median(s.leads) if s.leads else None
