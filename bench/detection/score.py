@@ -51,12 +51,17 @@ class RunScore:
 
 
 def score_run(run: Run, fired: list[Fired]) -> RunScore:
+    # the healthy stretch, where any alert is a false alarm: an incident run's steps before
+    # its incident, a stable run's every step; a collapse without a known incident (a
+    # public log) has none (its alerts before the onset are early detections)
     if run.incident_step is not None:
         healthy = [f for f in fired if f.step < run.incident_step]
-    else:
-        healthy = fired if run.label == "stable" else []
-    if run.incident_step is not None:  # before its incident a lab run is a healthy run
         fired = [f for f in fired if f.step >= run.incident_step]
+        healthy_steps = sum(step < run.incident_step for step, _ in run.stream)
+    elif run.label == "stable":
+        healthy, healthy_steps = fired, run.steps
+    else:
+        healthy, healthy_steps = [], 0
     limit = run.onset if run.onset is not None else 10**9
     first = fired[0] if fired else None
     crit = next((f for f in fired if f.severity == "critical" and f.step <= limit), None)
@@ -78,16 +83,7 @@ def score_run(run: Run, fired: list[Fired]) -> RunScore:
         criticals=sum(f.severity == "critical" for f in fired),
         warnings=sum(f.severity == "warning" for f in fired),
         steps=run.steps,
-        # the healthy stretch: a stable run's every step, an incident run's steps before
-        # its incident; a collapse without a known incident (a public log) has none (its
-        # alerts before the onset are early detections, not false alarms)
-        healthy_steps=(
-            sum(step < run.incident_step for step, _ in run.stream)
-            if run.incident_step is not None
-            else run.steps
-            if run.label == "stable"
-            else 0
-        ),
+        healthy_steps=healthy_steps,
         healthy_warnings=sum(f.severity == "warning" for f in healthy),
         healthy_criticals=sum(f.severity == "critical" for f in healthy),
     )

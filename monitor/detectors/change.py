@@ -30,7 +30,7 @@ class ChangeDetector:
         self._recent: deque[float] = deque(maxlen=rule.recent)
         self._gate = Gate(rule.persist, rule.clear_after, rule.cooldown)
         self._open_for = 0  # points since the open alert fired
-        self._span: tuple[int, int] | None = None  # steps of the first and last baseline points
+        self._span: tuple[int, int] | None = None  # anchored: steps of its first and last points
 
     def _read(self, x: float) -> float:
         r = self.rule
@@ -88,7 +88,8 @@ class ChangeDetector:
         self._gate.quiet()
         anchor_full = r.anchored and len(self._history) >= r.window
         if self._n > r.warmup and (s is None or s[0] < r.admit_z) and not anchor_full:
-            self._span = (self._span[0] if self._history and self._span else step, step)
+            if r.anchored:  # where the early level was learned, for the message
+                self._span = (self._span[0] if self._history and self._span else step, step)
             self._history.append(v)  # only unremarkable values teach the baseline
         return out
 

@@ -238,9 +238,18 @@ def drift_rule(metric: str, floor: float, fold: float) -> ChangeRule:
     fail), the slow build-up public reports show before mismatch collapses. The fold is
     4× for a KL (quadratic in the log-ratio ℓ) and 2× for a mean |ℓ| or |Δp| (linear): the
     same move of ℓ. Robust to spikes: the median of the last 10 points, held for 5."""
-    noise = {"window": 20, "gap": 0, "recent": 10, "persist": 5}
     return ChangeRule(
-        metric, "train_inference", "up", R_IS, floor=floor, min_change=fold, anchored=True, **noise
+        metric,
+        "train_inference",
+        "up",
+        R_IS,
+        floor=floor,
+        min_change=fold,
+        anchored=True,
+        window=20,
+        gap=0,
+        recent=10,
+        persist=5,
     )
 
 

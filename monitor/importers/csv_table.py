@@ -110,6 +110,8 @@ def parse_csv(path: Path) -> Parsed:
             and "value" in header
             and set(header) <= {step_col, name_col, "value", *LONG_EXTRA_COLUMNS}
         )
+        if long:
+            name_idx, value_idx = header.index(name_col), header.index("value")
         run_idx = header.index(RUN_COLUMN) if RUN_COLUMN in header else None
         row_runs: dict[str, None] = {}
         if header == TENSORBOARD_DOWNLOAD:  # one metric, named by the file
@@ -141,7 +143,7 @@ def parse_csv(path: Path) -> Parsed:
             if run_idx is not None:
                 row_runs[row[run_idx]] = None
             if long:
-                name, raw = row[header.index(name_col)], row[header.index("value")]
+                name, raw = row[name_idx], row[value_idx]
                 parsed.add_long(step, prefix + name, raw, f"row {lineno}")
             else:  # an empty cell: the metric was not logged at this step
                 cells = ((prefix + name, row[i]) for i, name in metrics if row[i].strip())
