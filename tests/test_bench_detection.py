@@ -16,6 +16,7 @@ from bench.detection import corpus, monitors
 from bench.detection.score import LEAD_GOAL, RunScore, score_run, summarise
 from bench.remediation import Arm, Pair, judge, read_arm
 from monitor import Monitor, RunReader
+from monitor.detectors.config import CLIP_ON
 from monitor.errors import UserError
 
 
@@ -94,28 +95,37 @@ def test_a_lab_run_store_exports_and_loads_back(tmp_path):
     assert run.stream[7][1]["reward/acc"] == pytest.approx(
         _stream(60, None, None)[7][1]["reward/acc"]
     )
-    # a store from before the trainer logged the mini-batches: from config and incidents
+    # a store from before the trainer logged its settings: from config and incidents
     mini = [row[corpus.MINI_BATCHES] for _, row in run.stream]
     assert mini[:30] == [2.0] * 30 and mini[30:] == [8.0] * 30
+    assert {row[CLIP_ON] for _, row in run.stream} == {1.0}  # stale8x never turns it off
 
 
-def test_the_derived_mini_batches_are_what_the_trainer_logs(tiny_config):
+def test_the_derived_settings_are_what_the_trainer_logs(tiny_config):
+    from trainer.config import config_to_dict
     from trainer.run import train
 
-    n = {"n": 1}
     cfg = tiny_config(
         train={
-            "steps": 3,
+            "steps": 4,
             "mini_batches": 2,
-            "incidents": [{"step": 2, "kind": "set_mini_batches", "params": n, "note": "x"}],
+            "incidents": [
+                {"step": 2, "kind": "set_mini_batches", "params": {"n": 1}, "note": "x"},
+                {"step": 3, "kind": "set_clip", "params": {"enabled": False}, "note": "y"},
+            ],
         }
     )
     train(cfg, progress=False)
+    names = [corpus.MINI_BATCHES, CLIP_ON]
     with RunReader(cfg.resolved_run_dir) as reader:
-        steps, logged = reader.scalars([corpus.MINI_BATCHES])[corpus.MINI_BATCHES]
+        logged = {name: v.tolist() for name, (_, v) in reader.scalars(names).items()}
+        steps = reader.scalars(names)[CLIP_ON][0].tolist()
         incidents = [{"step": (e.step or 0) + 1, **e.detail} for e in reader.events("incident")]
-    derived = [corpus.mini_batches_at(s, 2, incidents) for s in steps.tolist()]
-    assert logged.tolist() == derived == [2.0, 1.0, 1.0]
+    config = config_to_dict(cfg)
+    derived = [corpus.scripted_settings(s, config, incidents) for s in steps]
+    assert logged[corpus.MINI_BATCHES] == [d[corpus.MINI_BATCHES] for d in derived]
+    assert logged[CLIP_ON] == [d[CLIP_ON] for d in derived] == [1.0, 1.0, 0.0, 0.0]
+    assert logged[corpus.MINI_BATCHES] == [2.0, 1.0, 1.0, 1.0]
 
 
 def test_remediation_pairs_are_judged_by_outcome_and_twin():

@@ -385,6 +385,24 @@ def test_a_coarser_rollout_precision_is_flagged_the_step_it_drops():
         assert fired(run(s, only="rollout_precision_drop")) == []
 
 
+def test_clipping_switched_off_is_flagged_the_step_it_goes_off():
+    """`staleness/clip_on` 1 → 0 at step 120: `clip_off` fires at 120 itself (a setting),
+    three steps before `clip_stop` sees its symptom, and blames staleness; a run with
+    clipping off from the start (a constant 0) and clipping turned back on raise nothing."""
+    s = healthy(200, seed=6, on_policy=False)
+    for i, row in enumerate(s):
+        row["staleness/clip_on"] = 0.0 if i >= 120 else 1.0
+        row["staleness/mask_frac"] *= 0.0 if i >= 120 else 1.0
+    ev = run(s, only="clip_off")
+    assert fired(ev) == [(120, "warning")]
+    assert (ev[0][1].factor, ev[0][1].baseline, ev[0][1].value) == ("staleness", 1.0, 0.0)
+    assert fired(run(s, only="clip_stop")) == [(123, "warning")]
+    for off_or_back_on in (lambda i: 0.0, lambda i: 1.0 if i >= 120 else 0.0):
+        for i, row in enumerate(s):
+            row["staleness/clip_on"] = off_or_back_on(i)
+        assert fired(run(s, only="clip_off")) == []
+
+
 def test_a_breakdown_blames_a_setting_that_moved_over_a_symptom_that_moved_first():
     s = _precursors()  # staleness KL and mask share ×30 from step 80: warnings at 83
     for i, row in enumerate(s):

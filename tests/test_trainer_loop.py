@@ -44,6 +44,7 @@ EVERY_STEP = {
     "optim/grad_norm",
     "optim/lr",
     "staleness/mini_batches",
+    "staleness/clip_on",
     "engine/rollout_bits",
     "perf/step_s",
     "perf/rollout_s",

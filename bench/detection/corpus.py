@@ -20,10 +20,12 @@ on the same side.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -33,8 +35,10 @@ import numpy as np
 from bench import REPO
 from monitor.analyze import OUTCOME_METRICS, find_onset
 from monitor.config import MonitorConfig
+from monitor.detectors.config import CLIP_ON
 from monitor.importers.names import canonical_name
 from monitor.reader import RunReader
+from trainer.config import config_to_dict, load_config
 
 DATA = REPO / "bench" / "data"
 TUNING_SEEDS = (0, 4)
@@ -130,17 +134,12 @@ def export_lab_run(run_dir: Path, out: Path, config: str, seed: int) -> None:
     with RunReader(run_dir) as reader, reader.snapshot():
         series = reader.scalars(reader.metric_names())
         incidents = [{"step": (e.step or 0) + 1, **e.detail} for e in reader.events("incident")]
-        configured = reader.meta().config.get("train", {}).get("mini_batches")
-        acted = any(a.status == "applied" for a in reader.actions())
     steps: dict[int, dict[str, float]] = {}
     for name, (s, v) in series.items():
         if name.startswith("perf/"):
             continue
         for step, value in zip(s.tolist(), v.tolist(), strict=True):
             steps.setdefault(step, {})[name] = value
-    if MINI_BATCHES not in series and configured is not None and not acted:
-        for step, row in steps.items():
-            row[MINI_BATCHES] = mini_batches_at(step, int(configured), incidents)
     header = {"config": config, "seed": seed, "incidents": incidents}
     out.parent.mkdir(parents=True, exist_ok=True)
     with gzip.open(out, "wt") as f:
@@ -151,27 +150,48 @@ def export_lab_run(run_dir: Path, out: Path, config: str, seed: int) -> None:
 
 
 MINI_BATCHES = "staleness/mini_batches"
+LAB_CONFIGS = REPO / "configs" / "lab" / "incidents"
 
 
-def mini_batches_at(step: int, configured: int, incidents: list[dict[str, Any]]) -> float:
-    """The mini-batches per rollout a run without actions used at `step`: its config's,
-    as changed by the scripted incidents applied up to then. Runs recorded before the
-    trainer logged `staleness/mini_batches` get it from here, the value it now logs
-    (tests/test_bench_detection.py checks the two agree on a run that logs it)."""
-    n = configured
+def scripted_settings(
+    step: int, config: Mapping[str, Any], incidents: list[dict[str, Any]]
+) -> dict[str, float]:
+    """The settings a lab run without actions used at `step` (the mini-batches per rollout,
+    clipping on or off): its config's (the resolved config's `train` and `loss`), as
+    changed by the scripted incidents applied up to then. Runs recorded before the trainer
+    logged a setting get it from here, the value it now logs (tests/test_bench_detection.py
+    checks the two agree on a run that logs them)."""
+    loss = config["loss"]
+    n, clip = int(config["train"]["mini_batches"]), bool(loss["clip"])
     for i in sorted(incidents, key=lambda i: i["step"]):
-        if i["kind"] == "set_mini_batches" and i["step"] <= step:
+        if i["step"] > step:
+            break
+        if i["kind"] == "set_mini_batches":
             n = int(i["params"]["n"])
-    return float(n)
+        elif i["kind"] == "set_clip":
+            clip = bool(i["params"]["enabled"])
+    return {MINI_BATCHES: float(n), CLIP_ON: float(clip and loss["variant"] != "reinforce")}
+
+
+@functools.cache
+def _lab_config(name: str) -> dict[str, Any]:
+    """The resolved config of `configs/lab/incidents/<name>.yaml`."""
+    return config_to_dict(load_config(LAB_CONFIGS / f"{name}.yaml"))
 
 
 def lab_runs(folder: Path = DATA / "lab") -> list[Run]:
+    """The exported lab runs (runs without remediation: their settings moved only by the
+    scripted incidents)."""
     runs = []
     for path in sorted(folder.glob("*/seed*.jsonl.gz")):
         with gzip.open(path, "rt") as f:
             header = json.loads(f.readline())
             stream = [_row(json.loads(line)) for line in f]
         incidents = header["incidents"]
+        config = _lab_config(header["config"])
+        for step, row in stream:  # settings the run did not log yet (`scripted_settings`)
+            for name, value in scripted_settings(step, config, incidents).items():
+                row.setdefault(name, value)
         first = min((i["step"] for i in incidents), default=None)
         causes = {CAUSES.get(i["kind"]) for i in incidents} - {None}
         runs.append(

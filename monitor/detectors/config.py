@@ -62,10 +62,13 @@ R_COLLAPSE = (
 
 ROLLOUT_BITS = "engine/rollout_bits"
 """Bits of a rollout weight (16 for bf16, 8 for FP8, 4 for FP4), logged by the trainer."""
-SETTINGS = ("optim/lr", "staleness/mini_batches", ROLLOUT_BITS)
+CLIP_ON = "staleness/clip_on"
+"""1 while the clip rule's mask M_t can act (the trust region is on), 0 once it is off."""
+SETTINGS = ("optim/lr", "staleness/mini_batches", ROLLOUT_BITS, CLIP_ON)
 """Metrics that are settings of the run rather than symptoms: the learning rate, the
-off-policy degree (policy updates per rollout) and the bits of the rollout engine's
-weights. One that moved is the cause of what follows it, and the knob to turn back."""
+off-policy degree (policy updates per rollout), the bits of the rollout engine's weights
+and whether clipping is on. One that moved is the cause of what follows it, and the knob
+to turn back."""
 
 
 # ---------------------------------------------------------------------------- rule types
@@ -372,6 +375,10 @@ class DetectorsConfig:
     )
     """The rollout engine's weights rounded coarser than after warm-up (bf16 -> FP8 halves
     the bits): the training-inference mismatch ρ_t = π_old/μ_old is about to grow."""
+    clip_off: ChangeRule = setting_rule(CLIP_ON, "staleness", "down", R_STALE, fold=1.5)
+    """Clipping switched off (`staleness/clip_on` 1 → 0): the trust region is gone before
+    any ratio has moved. `clip_stop` sees the same from its symptom, 2-3 steps later, on
+    logs that do not carry the setting."""
     # --- critical
     breakdown: BreakdownRule = BreakdownRule()
     """Joint evidence: several precursors at once, or one with the outcome falling."""
@@ -384,6 +391,8 @@ class DetectorsConfig:
 
 
 __all__ = [
+    "CLIP_ON",
+    "ROLLOUT_BITS",
     "SETTINGS",
     "BreakdownRule",
     "ChangeRule",
