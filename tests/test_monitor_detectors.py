@@ -396,6 +396,9 @@ def test_clipping_switched_off_is_flagged_the_step_it_goes_off():
     ev = run(s, only="clip_off")
     assert fired(ev) == [(120, "warning")]
     assert (ev[0][1].factor, ev[0][1].baseline, ev[0][1].value) == ("staleness", 1.0, 0.0)
+    assert "clip_on fell to 0, at or below the rule's floor 1e-08, from its baseline 1" in (
+        ev[0][1].message
+    )
     assert fired(run(s, only="clip_stop")) == [(123, "warning")]
     for off_or_back_on in (lambda i: 0.0, lambda i: 1.0 if i >= 120 else 0.0):
         for i, row in enumerate(s):

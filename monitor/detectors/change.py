@@ -100,15 +100,17 @@ class ChangeDetector:
         base = self._unread(med)
         recent = self._unread(median(list(self._recent)))
         verb = "rose" if r.direction == "up" else "fell"
-        if r.scale == "log":
+        floored = r.scale == "log" and recent <= r.floor * (1 + 1e-9)
+        if floored:  # a fold against the floor is the floor's, not the metric's
+            size = f"at or below the rule's floor {fmt(r.floor)}, from"
+        elif r.scale == "log":
             size = f"{fmt(change)}× {'above' if r.direction == 'up' else 'below'}"
         else:
             size = f"{fmt(change)} {'above' if r.direction == 'up' else 'below'}"
-        now = (
-            fmt(recent)
-            if len(self._recent) == 1
-            else f"{fmt(recent)} (median of the last {len(self._recent)}; now {fmt(x)})"
-        )
+        if len(self._recent) == 1:
+            now = fmt(x if floored else recent)
+        else:
+            now = f"{fmt(recent)} (median of the last {len(self._recent)}; now {fmt(x)})"
         held = f" for {r.persist} steps" if r.persist > 1 else ""
         if r.anchored:
             first, last = self._span or (step, step)
