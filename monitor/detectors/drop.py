@@ -51,7 +51,9 @@ class DropDetector:
         if gain < r.min_peak_gain:
             return []
         fall = self._peak - self._ewma
-        drop = self.drop = fall / gain if fall >= r.noise_z * self.noise() else 0.0
+        # the guard decides whether a fall is one; an open alert clears on the fall itself
+        significant = self._gate.open or fall >= self.noise_k() * self.noise()
+        drop = self.drop = fall / gain if significant else 0.0
         severity: Severity | None = None
         if drop >= r.crit_drop:
             severity = "critical"
@@ -73,6 +75,17 @@ class DropDetector:
         sigma = math.sqrt(math.pi / 4) * sum(self._steps) / len(self._steps)
         return sigma * math.sqrt(a / (2 - a))
 
+    def noise_k(self) -> float:
+        """How many σ_e a fall must exceed: the expected peak-to-trough range of a flat
+        EWMA over the m effectively independent values since warm-up (2·√(2 ln m), the
+        running peak as far above the level as the trough below; m = steps·α/(2 − α),
+        the EWMA's correlation time being (2 − α)/α steps), plus `drawdown_margin`, and
+        never less than `noise_z`. It grows with the run, slowly: 4 (`noise_z`) for ~30
+        steps after warm-up, 6.2 after 200 steps of α = 0.1, 7.2 after 600, 8.1 after 2000."""
+        r = self.rule
+        m = max((self._n - r.warmup) * r.ewma_alpha / (2 - r.ewma_alpha), 1.0)
+        return max(r.noise_z, r.drawdown_margin + 2 * math.sqrt(2 * math.log(m)))
+
     def _draft(self, x: float, drop: float, severity: Severity) -> AlertDraft:
         r = self.rule
         return AlertDraft(
@@ -86,7 +99,8 @@ class DropDetector:
             message=(
                 f"{r.metric} has fallen {drop:.0%} from its peak: smoothed {fmt(self._ewma)} "
                 f"vs peak {fmt(self._peak)} at step {self._peak_step} (now {fmt(x)}); the "
-                f"smoothed value's own noise is ±{fmt(self.noise())}"
+                f"smoothed value's own noise is ±{fmt(self.noise())} (a fall counts beyond "
+                f"{self.noise_k():.1f}× that)"
             ),
             remedy=r.remedy,
         )
