@@ -26,7 +26,7 @@ Two tiers, from the paper's recipes (arXiv 2512.01374):
 
 An outcome alert (reward or held-out accuracy falling) is fixed for the precursor that
 opened first, a setting that moved (the lr, the mini-batches per rollout, the rollout
-precision) before any symptom. A cause that persists is held off: the lr cap, the
+precision, clipping) before any symptom. A cause that persists is held off: the lr cap, the
 mini-batch cap and the rollout precision floor last for the rest of the run, so a
 schedule or a scripted change that moves the knob again after the fix cannot undo it.
 
