@@ -107,10 +107,8 @@ def write(scores: dict[str, list[RunScore]], command: str, out: Path, notes: Seq
         *summary_table(groups["lab"]),
         "",
         f"Of which seeds {', '.join(map(str, UNSEEN_SEEDS))} alone, first run after the last "
-        "change to the defaults that was designed on lab runs (nothing in them could have "
-        "been fitted to these runs; the drift rules and the drop rules' noise guard added "
-        "later came from public reports and logs and change no alert of seeds 25-32 but "
-        "drift warnings after an incident; seeds 33-36 ran after both):",
+        "change to the defaults (clipping read as a setting, designed on the seeds before "
+        "them; nothing in the defaults could have been fitted to these runs):",
         "",
         *summary_table(unseen),
         "",
