@@ -38,7 +38,6 @@ from monitor.config import MonitorConfig
 from monitor.detectors.config import CLIP_ON
 from monitor.importers.names import canonical_name
 from monitor.reader import RunReader
-from trainer.config import config_to_dict, load_config
 
 DATA = REPO / "bench" / "data"
 TUNING_SEEDS = (0, 4)
@@ -172,6 +171,8 @@ def scripted_settings(
 @functools.cache
 def _lab_config(name: str) -> dict[str, Any]:
     """The resolved config of `configs/lab/incidents/<name>.yaml`."""
+    from trainer.config import config_to_dict, load_config  # torch: lab runs only
+
     return config_to_dict(load_config(LAB_CONFIGS / f"{name}.yaml"))
 
 

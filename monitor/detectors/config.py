@@ -65,10 +65,8 @@ ROLLOUT_BITS = "engine/rollout_bits"
 CLIP_ON = "staleness/clip_on"
 """1 while the clip rule's mask M_t can act (the trust region is on), 0 once it is off."""
 SETTINGS = ("optim/lr", "staleness/mini_batches", ROLLOUT_BITS, CLIP_ON)
-"""Metrics that are settings of the run rather than symptoms: the learning rate, the
-off-policy degree (policy updates per rollout), the bits of the rollout engine's weights
-and whether clipping is on. One that moved is the cause of what follows it, and the knob
-to turn back."""
+"""Settings of the run rather than symptoms (the lr, the policy updates per rollout, the
+rollout weights' bits, clipping on): one that moved is the cause of what follows it."""
 
 
 # ---------------------------------------------------------------------------- rule types
@@ -172,22 +170,15 @@ class DropRule:
     clear_drop: float = 0.15
     """Hysteresis: the alert clears once the drop is back below this."""
     noise_z: float = 4.0
-    """A fall counts only beyond this many standard deviations of the EWMA's own noise,
-    σ_e = σ·√(α/(2−α)), σ = √(π/4)·mean |x_t − x_{t−1}| of the raw outcome over its last
-    100 steps before an alert. With a few prompts per step (a per-step reward near 0 or 1:
-    σ_e ≈ 0.08) this is what keeps a stable run from paging; with tens of prompts σ_e is
-    about 0.01 and the guard never binds."""
+    """A fall counts only beyond this many σ_e, the EWMA's own noise: σ·√(α/(2−α)), σ =
+    √(π/4)·mean |x_t − x_{t−1}| over the last 100 steps before an alert (a few prompts a
+    step: σ_e ≈ 0.08, the guard keeps stable runs quiet; tens: ≈ 0.01, it never binds)."""
     drawdown_margin: float = 2.0
-    """The running peak of a noisy EWMA keeps rising with the run (its largest excursion
-    over m effectively independent values is ~√(2 ln m)·σ_e), and so does the depth of
-    its troughs: a fixed multiple of σ_e pages a long, stable, noisy run sooner or later.
-    So a fall must also exceed the expected peak-to-trough range, 2·√(2 ln m)·σ_e, by
-    this many σ_e (`DropDetector.noise_k`). Chosen on a simulated stable reward of one
-    prompt × 8 samples a step (margins 1-4 tried; 2 takes the paged share from 18/40 to
-    8/40 over 200 steps and from 37/40 to 5/40 over 600) and checked on the corpus: at 2
-    no lab alert moves (one public collapse's reward alert comes 6 steps later); 2.5
-    delays a public collapse's breakdown by 2 steps, 4 three lab ramps' by 1-2. An alert,
-    once open, clears on the fall itself, not on the guard."""
+    """A noisy EWMA's running peak rises with the run (~√(2 ln m)·σ_e over m independent
+    values) and its troughs deepen alike, so a fall must also exceed that expected range,
+    2·√(2 ln m)·σ_e, by this many σ_e (`DropDetector.noise_k`). Chosen among 1-4 on a
+    simulated stable one-prompt reward (paged within 600 steps: 37/40 → 5/40) as the
+    largest that moves no lab alert. An open alert clears on the fall, not the guard."""
     cooldown: int = 50
     enabled: bool = True
 
@@ -338,9 +329,8 @@ class DetectorsConfig:
         "staleness/mask_frac", "staleness", "down", R_STALE, floor=1e-5, min_change=10.0
     )
     """The clip rule stopped acting: the masked share fell tenfold or more, to (nearly)
-    zero, on a run whose updates it used to mask (clipping switched off, or ε widened,
-    on an off-policy run: the trust region is gone before any ratio has moved). A run
-    that becomes on-policy shows this too; a benign fall (fewer mini-batches) is ~2-4×."""
+    zero (clipping off or ε widened off-policy: the trust region is gone before any ratio
+    has moved; a run turned on-policy too; a benign fall, fewer mini-batches, is ~2-4×)."""
     routing_train_infer: ChangeRule = ChangeRule(
         "routing/mismatch_train_infer", "routing", "up", R_ROUTING, floor=1e-3, min_change=3.0
     )
@@ -372,8 +362,7 @@ class DetectorsConfig:
     # --- warning: a setting that moved (SETTINGS; read as exact: `setting_rule`)
     lr_rise: ChangeRule = setting_rule("optim/lr", "optimisation", "up", R_OPTIM, fold=1.2)
     """The learning rate ≥ 1.2× its level after warm-up: a schedule that keeps raising it
-    (a warm-up schedule longer than the detectors' own warm-up shows here too, and the
-    message says by how much)."""
+    (a warm-up longer than the detectors' own shows here too, and says by how much)."""
     mini_batches_rise: ChangeRule = setting_rule(
         "staleness/mini_batches", "staleness", "up", R_STALE, fold=1.5
     )
@@ -385,9 +374,8 @@ class DetectorsConfig:
     """The rollout engine's weights rounded coarser than after warm-up (bf16 -> FP8 halves
     the bits): the training-inference mismatch ρ_t = π_old/μ_old is about to grow."""
     clip_off: ChangeRule = setting_rule(CLIP_ON, "staleness", "down", R_STALE, fold=1.5)
-    """Clipping switched off (`staleness/clip_on` 1 → 0): the trust region is gone before
-    any ratio has moved. `clip_stop` sees the same from its symptom, 2-3 steps later, on
-    logs that do not carry the setting."""
+    """Clipping switched off (`staleness/clip_on` 1 → 0): `clip_stop`'s trust region gone,
+    seen at the setting (2-3 steps before its symptom, on runs that log the setting)."""
     # --- critical
     breakdown: BreakdownRule = BreakdownRule()
     """Joint evidence: several precursors at once, or one with the outcome falling."""
