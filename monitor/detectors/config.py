@@ -374,8 +374,8 @@ class DetectorsConfig:
     """The rollout engine's weights rounded coarser than after warm-up (bf16 -> FP8 halves
     the bits): the training-inference mismatch ρ_t = π_old/μ_old is about to grow."""
     clip_off: ChangeRule = setting_rule(CLIP_ON, "staleness", "down", R_STALE, fold=1.5)
-    """Clipping switched off (`staleness/clip_on` 1 → 0): `clip_stop`'s trust region gone,
-    seen at the setting (2-3 steps before its symptom, on runs that log the setting)."""
+    """Clipping switched off (`staleness/clip_on` 1 → 0): what `clip_stop` infers from the
+    masked share, read at the setting, 2-3 steps sooner, on runs that log the setting."""
     # --- critical
     breakdown: BreakdownRule = BreakdownRule()
     """Joint evidence: several precursors at once, or one with the outcome falling."""
