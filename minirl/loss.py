@@ -75,6 +75,12 @@ class LossConfig:
     """dr_grpo only, and required there: the fixed constant that replaces |y_i| (Dr. GRPO
     uses the generation budget, e.g. the rollout's max_new_tokens)."""
 
+    @property
+    def clipped(self) -> bool:
+        """Whether a clip rule can act: clipping on, in a variant that has one (reinforce
+        has no ratio to clip)."""
+        return self.clip and self.variant != "reinforce"
+
     def __post_init__(self) -> None:
         _check_choice("variant", self.variant, Variant)
         _check_choice("is_policy", self.is_policy, ISPolicy)

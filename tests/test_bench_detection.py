@@ -102,7 +102,6 @@ def test_a_lab_run_store_exports_and_loads_back(tmp_path):
 
 
 def test_the_derived_settings_are_what_the_trainer_logs(tiny_config):
-    from trainer.config import config_to_dict
     from trainer.run import train
 
     cfg = tiny_config(
@@ -121,8 +120,7 @@ def test_the_derived_settings_are_what_the_trainer_logs(tiny_config):
         logged = {name: v.tolist() for name, (_, v) in reader.scalars(names).items()}
         steps = reader.scalars(names)[CLIP_ON][0].tolist()
         incidents = [{"step": (e.step or 0) + 1, **e.detail} for e in reader.events("incident")]
-    config = config_to_dict(cfg)
-    derived = [corpus.scripted_settings(s, config, incidents) for s in steps]
+    derived = [corpus.scripted_settings(s, cfg, incidents) for s in steps]
     assert logged[corpus.MINI_BATCHES] == [d[corpus.MINI_BATCHES] for d in derived]
     assert logged[CLIP_ON] == [d[CLIP_ON] for d in derived] == [1.0, 1.0, 0.0, 0.0]
     assert logged[corpus.MINI_BATCHES] == [2.0, 1.0, 1.0, 1.0]

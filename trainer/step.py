@@ -207,7 +207,7 @@ def _updates(
     stats["optim/lr"] = optim[-1]["optim/lr"]
     stats["staleness/mini_batches"] = float(mbs)  # the off-policy degree: a setting, like the lr
     # the trust region, a setting too: 1 while the clip mask M_t can act, 0 once it is off
-    stats[CLIP_ON] = float(controls.loss.clip and controls.loss.variant != "reinforce")
+    stats[CLIP_ON] = float(controls.loss.clipped)
     return Updates(stats, log_r, routing_now, cosine)
 
 

@@ -20,15 +20,15 @@ on the same side.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gzip
 import hashlib
 import json
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -38,6 +38,9 @@ from monitor.config import MonitorConfig
 from monitor.detectors.config import CLIP_ON
 from monitor.importers.names import canonical_name
 from monitor.reader import RunReader
+
+if TYPE_CHECKING:
+    from trainer.config import RunConfig
 
 DATA = REPO / "bench" / "data"
 TUNING_SEEDS = (0, 4)
@@ -149,31 +152,29 @@ LAB_CONFIGS = REPO / "configs" / "lab" / "incidents"
 
 
 def scripted_settings(
-    step: int, config: Mapping[str, Any], incidents: list[dict[str, Any]]
+    step: int, config: RunConfig, incidents: list[dict[str, Any]]
 ) -> dict[str, float]:
     """The settings a lab run without actions used at `step` (the mini-batches per rollout,
-    clipping on or off): its config's (the resolved config's `train` and `loss`), as
-    changed by the scripted incidents applied up to then. Runs recorded before the trainer
-    logged a setting get it from here, the value it now logs (tests/test_bench_detection.py
-    checks the two agree on a run that logs them)."""
-    loss = config["loss"]
-    n, clip = int(config["train"]["mini_batches"]), bool(loss["clip"])
+    clipping on or off): its config's, as changed by the scripted incidents applied up to
+    then. Runs recorded before the trainer logged a setting get it from here, the value it
+    now logs (tests/test_bench_detection.py checks the two agree on a run that logs them)."""
+    n, loss = config.train.mini_batches, config.loss
     for i in sorted(incidents, key=lambda i: i["step"]):
         if i["step"] > step:
             break
         if i["kind"] == "set_mini_batches":
             n = int(i["params"]["n"])
         elif i["kind"] == "set_clip":
-            clip = bool(i["params"]["enabled"])
-    return {MINI_BATCHES: float(n), CLIP_ON: float(clip and loss["variant"] != "reinforce")}
+            loss = dataclasses.replace(loss, clip=bool(i["params"]["enabled"]))
+    return {MINI_BATCHES: float(n), CLIP_ON: float(loss.clipped)}
 
 
 @functools.cache
-def _lab_config(name: str) -> dict[str, Any]:
+def _lab_config(name: str) -> RunConfig:
     """The resolved config of `configs/lab/incidents/<name>.yaml`."""
-    from trainer.config import config_to_dict, load_config  # torch: lab runs only
+    from trainer.config import load_config  # torch: lab runs only
 
-    return config_to_dict(load_config(LAB_CONFIGS / f"{name}.yaml"))
+    return load_config(LAB_CONFIGS / f"{name}.yaml")
 
 
 def lab_runs(folder: Path = DATA / "lab") -> list[Run]:
