@@ -81,6 +81,51 @@ def test_peer_names_map_onto_ours_and_unknown_names_stay():
     assert all(target.startswith(prefixes) for target in PEER_NAMES.values())
 
 
+def test_held_out_scores_are_matched_by_pattern_and_only_the_mean_is_an_accuracy():
+    assert canonical_name("val-core/openai/gsm8k/reward/mean@1") == "eval/acc"  # verl
+    assert canonical_name("val-core/aime24/acc/mean@16") == "eval/acc"
+    assert canonical_name("val/test_score/lighteval/MATH") == "eval/acc"  # verl before 0.3
+    assert canonical_name("eval_reward") == "eval/acc"  # TRL's evaluation log
+    assert canonical_name("eval/reward") == "eval/acc"  # ... through HF's W&B callback
+    assert canonical_name("actor/entropy_loss") == "policy/entropy"  # verl 2025: the entropy
+    # best-of-N and majority votes are not accuracies; val-aux holds the other variables
+    for name in (
+        "val-core/aime24/acc/best@16/mean",
+        "val-core/aime24/acc/maj@16/mean",
+        "val-aux/aime24/reward/mean@16",
+        "val-core/aime24/acc/mean@16/std",
+        "eval_reward_std",
+    ):
+        assert canonical_name(name) == name
+
+
+def test_a_verl_log_with_two_validation_sets_gets_one_held_out_accuracy(tmp_path, cli, imp):
+    """verl names every validation set's score after its dataset: the first in the row
+    becomes eval/acc, the second keeps its name (nothing is dropped), and the held-out
+    accuracy collapsing is found by the held-out rule, not only by the training reward."""
+    rows = []
+    for t in range(1, 121):
+        row = {"step": t, "actor/entropy_loss": 0.5, "critic/score/mean": 0.6}
+        if t % 5 == 0:
+            row["val-core/gsm8k/acc/mean@1"] = 0.6 if t < 80 else 0.05
+            row["val-core/math/acc/mean@1"] = 0.3
+        rows.append(row)
+    log = tmp_path / "verl.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out, run = imp(log)
+    assert out.returncode == 0, out.stderr
+    series = _series(run)
+    assert series["eval/acc"][75] == pytest.approx(0.6) and series["eval/acc"][80] == 0.05
+    assert series["val-core/math/acc/mean@1"][80] == pytest.approx(0.3)
+    assert set(series["policy/entropy"]) == set(range(1, 121))
+    out = cli("analyze", str(run), "--json")
+    assert out.returncode == 0, out.stderr
+    collapse = [a for a in json.loads(out.stdout)["replayed"] if a["detector"] == "eval_collapse"]
+    # EWMA (α 0.5) of the held-out points: 0.325 at step 80 (46 % of the gain lost), 0.19
+    # at 85 (69 %, past the rule's half)
+    assert collapse and collapse[0]["step"] == 85 and collapse[0]["severity"] == "critical"
+
+
 # ------------------------------------------------------------------------------ JSONL
 
 

@@ -11,6 +11,8 @@ This module deliberately does not rescale or transform values: a mapping is a re
 
 from __future__ import annotations
 
+import re
+
 # verl (volcengine/verl) -------------------------------------------------------------------
 # verl/trainer/ppo/rollout_corr_helper.py, compute_offpolicy_metrics(): log_ratio =
 # old_log_prob − rollout_log_prob = ℓ_t, metrics prefixed "rollout_corr/".
@@ -42,6 +44,9 @@ _VERL = {
     # verl/workers/actor/dp_actor.py + verl/trainer/ppo/core_algos.py (vanilla policy loss):
     # entropy of π_θ on response tokens.
     "actor/entropy": "policy/entropy",
+    # verl/trainer/ppo/ray_trainer.py, fit() of the 2025 releases: agg_loss of the entropies
+    # the old-log-prob pass returns, named for the loss term it feeds: the entropy itself.
+    "actor/entropy_loss": "policy/entropy",
     # pg_clipfrac: share of tokens where the clipped term wins, i.e. (Â>0, r>1+ε) or (Â<0,
     # r<1−ε) — our M_t = 0 share. (Some newer verl loss modes count |r−1|>ε regardless of
     # the sign of Â: an upper bound on ours.)
@@ -164,6 +169,20 @@ _NEMO_RL = {
     "train/gen_kl_error": "mismatch/kl_k3",
 }
 
+# Held-out scores, named per dataset, so matched by pattern. The first of several datasets
+# in a logged row becomes eval/acc (the others keep their names; see import's `rename`).
+_HELD_OUT = (
+    # verl/trainer/ppo/ray_trainer.py, _validate(): "val-core/{data_source}/{var}/{metric}",
+    # var "acc" when the reward function returns one, else "reward"; mean@N is the mean
+    # score of N samples per prompt (best@N and maj@N beside it are not accuracies).
+    re.compile(r"val-core/[^@]+/(acc|reward)/mean@\d+"),
+    # the same function in verl's releases before 0.3: "val/test_score/{data_source}".
+    re.compile(r"val/test_score/.+"),
+    # trl/trainer/grpo_trainer.py, log(): evaluation metrics get the "eval_" prefix;
+    # Hugging Face's W&B and TensorBoard callbacks rewrite it to "eval/".
+    re.compile(r"eval[_/]reward"),
+)
+
 _PEERS = (_VERL, _TRL, _SLIME, _PRIME_RL, _OPEN_INSTRUCT, _NEMO_RL)
 PEER_NAMES: dict[str, str] = {name: ours for peer in _PEERS for name, ours in peer.items()}
 
@@ -178,4 +197,6 @@ def canonical_name(name: str) -> str:
         return PEER_NAMES[name]
     if name.startswith(_HF_PREFIX) and name[len(_HF_PREFIX) :] in _TRL:
         return _TRL[name[len(_HF_PREFIX) :]]
+    if any(pattern.fullmatch(name) for pattern in _HELD_OUT):
+        return "eval/acc"
     return name
