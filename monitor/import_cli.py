@@ -17,22 +17,8 @@ from pathlib import Path
 
 from monitor.errors import UserError
 from monitor.importers import FORMATS, Parsed, guess_format, parse
-from monitor.importers.names import canonical_name
+from monitor.importers.names import rename
 from monitor.schema import STORE_FILE
-
-
-def rename(row: dict[str, float], renamed: dict[str, str]) -> dict[str, float]:
-    """Peer names -> ours. If two peer names land on one of ours, the first wins and the
-    other keeps its own name (nothing is dropped). `renamed` collects what was mapped."""
-    out: dict[str, float] = {}
-    for name, value in row.items():
-        target = canonical_name(name)
-        if target != name and (target in out or target in row):
-            target = name
-        if target != name:
-            renamed[name] = target
-        out[target] = value
-    return out
 
 
 def say_renamed(renamed: dict[str, str]) -> None:

@@ -7,7 +7,8 @@ about it. Two sources, both committed so the benchmark is reproducible without a
   from their run stores (`export_lab_run`): a header line (config, seed, the scripted
   incidents with their steps, the induced cause as a factor), then one line per step.
 - `bench/data/real/<id>.jsonl`: public per-step logs of other trainers (verl, TRL, ...),
-  names mapped through `monitor.importers.names.canonical_name`; `SOURCES.md` cites each.
+  names mapped as `minirl import` maps them (`monitor.importers.names.rename`); `SOURCES.md`
+  cites each.
 
 Labels come from outcomes only, by one written rule for every run: `monitor.analyze`'s
 collapse onset on the first outcome metric present (training accuracy, reward, held-out
@@ -36,7 +37,7 @@ from bench import REPO
 from monitor.analyze import OUTCOME_METRICS, find_onset
 from monitor.config import MonitorConfig
 from monitor.detectors.config import CLIP_ON
-from monitor.importers.names import canonical_name
+from monitor.importers.names import canonical_name, rename
 from monitor.reader import RunReader
 
 if TYPE_CHECKING:
@@ -226,11 +227,12 @@ def real_runs(folder: Path = DATA / "real") -> list[Run]:
             step = obj.pop("step", None)
             if not isinstance(step, int | float):
                 continue
-            values = {}
-            for name, value in obj.items():
-                if isinstance(value, int | float) and not isinstance(value, bool):
-                    values[canonical_name(name)] = float(value)
-            stream.append((int(step), values))
+            numbers = {
+                name: float(value)
+                for name, value in obj.items()
+                if isinstance(value, int | float) and not isinstance(value, bool)
+            }
+            stream.append((int(step), rename(numbers, {})))
         stream.sort(key=lambda pair: pair[0])
         _outcome_alias(stream, info.get("outcome_metric"))
         repo = _repository(info.get("source", run_id))

@@ -200,3 +200,17 @@ def canonical_name(name: str) -> str:
     if any(pattern.fullmatch(name) for pattern in _HELD_OUT):
         return "eval/acc"
     return name
+
+
+def rename(row: dict[str, float], renamed: dict[str, str]) -> dict[str, float]:
+    """Peer names -> ours. If two peer names land on one of ours, the first wins and the
+    other keeps its own name (nothing is dropped). `renamed` collects what was mapped."""
+    out: dict[str, float] = {}
+    for name, value in row.items():
+        target = canonical_name(name)
+        if target != name and (target in out or target in row):
+            target = name
+        if target != name:
+            renamed[name] = target
+        out[target] = value
+    return out

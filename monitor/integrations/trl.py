@@ -23,7 +23,7 @@ import os
 from typing import Any
 
 from monitor.errors import UserError
-from monitor.import_cli import rename
+from monitor.importers.names import rename
 from monitor.integrations import log, numeric_logs, warn_alerts
 from monitor.schema import store_path
 

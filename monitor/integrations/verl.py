@@ -24,7 +24,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from monitor.import_cli import rename
+from monitor.importers.names import rename
 from monitor.integrations import log, numeric_logs, warn_alerts
 from monitor.schema import store_path
 

@@ -19,8 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from monitor.import_cli import rename
 from monitor.importers import MAX_EXAMPLES, Parsed
+from monitor.importers.names import rename
 from monitor.monitor import Monitor
 from monitor.records import Alert
 from monitor.watch.sources import Source
