@@ -9,8 +9,10 @@ Collapse. The outcome is smoothed by a centred running median over w = clip(n/25
 logged points (odd). peak = the maximum of the smoothed curve; final = the median of the
 last w raw values. Using the monitor's own drop rule (config `reward_collapse`, or
 `eval_collapse` for eval/acc), the run collapsed when the peak gained at least
-`min_peak_gain` over `zero` (a policy that learned nothing) and the final level has lost
-at least `crit_drop` of that gain: (peak − final) / (peak − zero) ≥ crit_drop.
+`min_peak_gain` over low (`zero`, a policy that learned nothing, or the smoothed curve's
+lowest point before the peak if that is lower: a +1/−1 reward starts below 0) and the
+final level has lost at least `crit_drop` of that gain: (peak − final) / (peak − low) ≥
+crit_drop.
 
 Onset. The first step after the peak from which the smoothed outcome stays below
 peak − ONSET_FRAC · (peak − final) until the end: where a fifth of the fall is done.
@@ -75,7 +77,7 @@ class Onset:
     peak: float
     final: float
     drop: float
-    """(peak − final) / (peak − zero): the share of the gain that was lost."""
+    """(peak − final) / (peak − low): the share of the gain that was lost."""
 
 
 @dataclass(frozen=True)
@@ -162,7 +164,7 @@ def find_onset(steps: np.ndarray, values: np.ndarray, metric: str, rule: DropRul
     smooth = running_median(values, w)
     p = int(np.argmax(smooth))
     peak, final = float(smooth[p]), float(np.median(values[-w:]))
-    gain = peak - rule.zero
+    gain = peak - min(rule.zero, float(smooth[: p + 1].min()))
     if gain < rule.min_peak_gain or (peak - final) / gain < rule.crit_drop:
         return None
     below = smooth < peak - ONSET_FRAC * (peak - final)

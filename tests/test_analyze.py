@@ -44,6 +44,25 @@ def test_onset_of_a_step_fall_is_the_step():
     assert (onset.step, onset.peak_step, onset.peak, onset.final, onset.drop) == (50, 0, 0.5, 0, 1)
 
 
+def test_a_plus_minus_one_reward_counts_its_gain_from_where_it_started():
+    """A verifier scoring +1/−1 (DAPO's) starts below the rule's zero. Its gain counts from
+    the lowest point before the peak: a run learning −0.6 → −0.3 that falls to −0.95 has
+    collapsed (from 0 it never gained anything), and one learning −0.6 → 0.15 that
+    settles at 0.05 has lost 13 % of its gain, not 67 %."""
+    steps = np.arange(150)
+    learned_little = np.where(steps < 100, -0.6 + 0.3 * steps / 99, -0.95)
+    onset = find_onset(steps, learned_little, "reward/mean", RULE)
+    assert onset is not None and onset.step == 100
+    # w = 7: the smoothed peak is v96 (windows 93-99 and 94-100 share their median), the
+    # lowest smoothed point before it the first, the median of v0..v3, (v1 + v2) / 2
+    v = learned_little
+    low, peak = (v[1] + v[2]) / 2, v[96]
+    assert (onset.peak_step, onset.peak) == (96, pytest.approx(peak))
+    assert onset.drop == pytest.approx((peak + 0.95) / (peak - low))
+    learned_then_dipped = np.where(steps < 100, -0.6 + 0.75 * steps / 99, 0.05)
+    assert find_onset(steps, learned_then_dipped, "reward/mean", RULE) is None
+
+
 def test_no_onset_without_a_fall_or_without_a_gain():
     rng = np.random.default_rng(1)
     steps = np.arange(200)

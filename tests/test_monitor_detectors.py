@@ -443,6 +443,21 @@ def test_reward_collapse_is_critical_at_half_the_gain():
     assert fired(ev) == [(108, "critical")] and ev[0][1].baseline == pytest.approx(0.6)
 
 
+def test_a_plus_minus_one_reward_is_paged_from_where_it_started_not_from_zero():
+    """+1/−1 verifier rewards start below the rule's zero: the gain counts from the EWMA's
+    lowest point before the peak. A run that learned −0.6 → −0.3 and falls to −0.95 is
+    paged (from 0 it never gained anything); one that learned −0.6 → 0.15 and dipped to
+    0.05 is not (13 % of its gain, not 67 %)."""
+    ramp = [-0.6 + 0.3 * t / 99 for t in range(100)]
+    s = [{"reward/mean": v} for v in ramp + [-0.95] * 40]
+    ev = run(s, only="reward_collapse")
+    (step, severity), *_ = fired(ev)
+    assert severity == "critical" and 100 <= step <= 110
+    ramp = [-0.6 + 0.75 * t / 99 for t in range(100)]
+    s = [{"reward/mean": v} for v in ramp + [0.05] * 100]
+    assert fired(run(s, only="reward_collapse")) == []
+
+
 def test_no_collapse_without_a_peak_or_on_a_plateau():
     rng = np.random.default_rng(11)
     flat_low = [{"reward/mean": float(abs(rng.normal(0.02, 0.02)))} for _ in range(300)]
@@ -454,9 +469,11 @@ def test_no_collapse_without_a_peak_or_on_a_plateau():
 def test_a_fall_within_the_smoothed_outcomes_own_noise_does_not_page_a_public_run():
     """Two public runs whose per-step reward is noisy (a slime-style Qwen3-8B run with one
     prompt × 8 samples a step, bit-exact training and rollout, and a TRL run logging 40
-    points): a plain half-the-gain test pages both, from a peak that noise set; the
-    guard does not. The mismatched twin of the first, whose reward goes to zero, is still
-    paged once the reward is gone (20-step means 0.26 at 61-80, 0.03 at 81-100)."""
+    points): a plain half-the-gain test pages the first from a peak that noise set; the
+    guard does not. (It paged the second too while the gain counted from 0; that run's
+    reward starts below 0, at −0.1, and is counted from there now, guard or not.) The
+    mismatched twin of the first, whose reward goes to zero, is still paged once the
+    reward is gone (20-step means 0.26 at 61-80, 0.03 at 81-100)."""
     from bench.detection.corpus import real_runs
 
     data = Path(__file__).resolve().parents[1] / "bench" / "data" / "real"  # the checkout's
@@ -467,10 +484,11 @@ def test_a_fall_within_the_smoothed_outcomes_own_noise_does_not_page_a_public_ru
             CFG.reward_collapse, noise_z=0.0, drawdown_margin=-math.inf
         ),
     )
-    for name in ("real/slime_rlkernel_g11", "real/trl_chaos_economy"):
-        stream = [values for _, values in runs[name]]
-        assert fired(run(stream, unguarded, only="reward_collapse")), name
-        assert fired(run(stream, only="reward_collapse")) == [], name
+    noisy = [values for _, values in runs["real/slime_rlkernel_g11"]]
+    assert fired(run(noisy, unguarded, only="reward_collapse"))
+    assert fired(run(noisy, only="reward_collapse")) == []
+    signed = [values for _, values in runs["real/trl_chaos_economy"]]
+    assert fired(run(signed, only="reward_collapse")) == []
     collapsing = [values for _, values in runs["real/slime_rlkernel_g10"]]
     ((step, severity),) = fired(run(collapsing, only="reward_collapse"))
     assert severity == "critical" and 75 <= step <= 100  # once, held while the reward is gone

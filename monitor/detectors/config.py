@@ -149,8 +149,11 @@ class ChangeRule:
 class DropRule:
     """An outcome (reward, held-out accuracy) falling from its peak.
 
-    drop = (peak − ewma) / (peak − zero), peak = running max of the EWMA after warm-up:
-    the share of the gain over a know-nothing policy that has been lost. Higher is better.
+    drop = (peak − ewma) / (peak − low), peak = running max of the EWMA after warm-up:
+    the share of the gain over a know-nothing policy that has been lost, low = `zero`, or
+    the lowest the EWMA had been before the peak if that is lower (a reward scored +1/−1,
+    as DAPO's verifier does, starts below 0: its gain is counted from where it started,
+    not from 0, which it may never have reached). Higher is better.
     """
 
     metric: str
@@ -160,7 +163,8 @@ class DropRule:
     warmup: int = 20
     """Observations before the peak is tracked."""
     zero: float = 0.0
-    """The outcome of a policy that learned nothing (0 for 0/1 rewards)."""
+    """The outcome of a policy that learned nothing (0 for 0/1 rewards); an outcome seen
+    below it shows the scale goes lower, and the gain is counted from there."""
     min_peak_gain: float = 0.05
     """The peak must exceed `zero` by this much: no collapse from nothing."""
     warn_drop: float | None = None

@@ -2,7 +2,8 @@
 
 Reward is noisy per step, so it is smoothed by an EWMA first; the peak is the running
 maximum of that EWMA after warm-up, and the drop is measured as the share of the gain
-over a know-nothing policy (`zero`) that has been lost. Higher is assumed better.
+over a know-nothing policy (`zero`, or the EWMA's lowest level before the peak when the
+outcome's scale goes below it: +1/−1 rewards) that has been lost. Higher is assumed better.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ class DropDetector:
         self._ewma: float | None = None  # None until the first point
         self._peak = -math.inf
         self._peak_step = 0
+        self._lowest = math.inf  # the EWMA's lowest value so far
+        self._low = rule.zero  # the gain's origin: min(zero, the lowest before the peak)
         self._gate = Gate(cooldown=rule.cooldown)
         self._last: float | None = None
         self._steps: deque[float] = deque(maxlen=100)  # |x_t − x_{t−1}| while no alert is open
@@ -39,6 +42,7 @@ class DropDetector:
             return []
         a = r.ewma_alpha
         self._ewma = x if self._ewma is None else a * x + (1 - a) * self._ewma
+        self._lowest = min(self._lowest, self._ewma)
         if self._last is not None and not self._gate.open:
             self._steps.append(abs(x - self._last))
         self._last = x
@@ -47,7 +51,8 @@ class DropDetector:
             return []
         if self._ewma > self._peak:
             self._peak, self._peak_step = self._ewma, step
-        gain = self._peak - r.zero
+            self._low = min(r.zero, self._lowest)
+        gain = self._peak - self._low
         if gain < r.min_peak_gain:
             return []
         fall = self._peak - self._ewma
