@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from monitor.detectors.base import Gate, fmt
-from monitor.detectors.config import R_COLLAPSE, BreakdownRule
+from monitor.detectors.config import BreakdownRule
+from monitor.detectors.remedies import R_COLLAPSE
 from monitor.records import AlertDraft, Cleared
 
 

@@ -28,37 +28,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from monitor.detectors.remedies import R_APPROX, R_COLLAPSE, R_IS, R_OPTIM, R_ROUTING, R_STALE
 from monitor.records import Factor, Severity
 
 Scale = Literal["log", "linear"]
-
-# ---------------------------------------------------------------------------- the remedies
-R_IS = (
-    "turn on token-level IS correction with truncation (TIS, cap 5) if it is off; if it is "
-    "on, tighten the cap or mask tokens outside a band (MIS/IcePop [0.5, 5]); check the "
-    "inference engine's precision and sampler (top-p/top-k/temperature) against training's"
-)
-R_STALE = (
-    "turn clipping on (ε_low 0.2, ε_high 0.27) or tighten ε; use fewer mini-batches per "
-    "rollout (less off-policy); for MoE add routing replay"
-)
-R_ROUTING = (
-    "use routing replay: R2 at ≤ 2 mini-batches per rollout, R3 at ≥ 4; on-policy, "
-    "R3 brings no gain (arXiv 2512.01374)"
-)
-R_APPROX = (
-    "the first-order approximation is failing: turn off length normalisation, keep IS "
-    "correction and clipping on, and reduce off-policy updates (fewer mini-batches)"
-)
-R_OPTIM = (
-    "the optimisation is running away: lower the learning rate (and stop a schedule that "
-    "keeps raising it); if the outcome falls, roll back to the last healthy checkpoint"
-)
-R_COLLAPSE = (
-    "roll back to the last checkpoint before the first precursor, apply the fix for the "
-    "factor that moved first (IS correction, clipping, routing replay, learning rate)"
-)
-
 
 ROLLOUT_BITS = "engine/rollout_bits"
 """Bits of a rollout weight (16 for bf16, 8 for FP8, 4 for FP4), logged by the trainer."""
@@ -150,10 +123,8 @@ class DropRule:
     """An outcome (reward, held-out accuracy) falling from its peak.
 
     drop = (peak − ewma) / (peak − low), peak = running max of the EWMA after warm-up:
-    the share of the gain over a know-nothing policy that has been lost, low = `zero`, or
-    the lowest the EWMA had been before the peak if that is lower (a reward scored +1/−1,
-    as DAPO's verifier does, starts below 0: its gain is counted from where it started,
-    not from 0, which it may never have reached). Higher is better.
+    the share of the gain over a know-nothing policy lost; low = `zero`, or the EWMA's
+    lowest before the peak if lower (a +1/−1 reward starts below 0). Higher is better.
     """
 
     metric: str
@@ -163,8 +134,7 @@ class DropRule:
     warmup: int = 20
     """Observations before the peak is tracked."""
     zero: float = 0.0
-    """The outcome of a policy that learned nothing (0 for 0/1 rewards); an outcome seen
-    below it shows the scale goes lower, and the gain is counted from there."""
+    """The outcome of a policy that learned nothing (0 for 0/1 rewards)."""
     min_peak_gain: float = 0.05
     """The peak must exceed `zero` by this much: no collapse from nothing."""
     warn_drop: float | None = None
