@@ -163,6 +163,27 @@ def test_an_open_instruct_log_keyed_by_training_step_shows_its_mismatch_drift(tm
     assert drift[0]["factor"] == "train_inference"
 
 
+def test_a_wandb_history_of_a_hugging_face_run_is_read_at_the_optimizer_step(tmp_path, imp):
+    """Hugging Face's W&B callback logs once per `logging_steps` and once per evaluation,
+    and W&B's `_step` counts those calls; `train/global_step`, in every row, is the
+    optimizer step, where an evaluation and the train log of one step meet."""
+    rows, calls = [], 0
+    for step in range(10, 310, 10):
+        rows.append({"_step": calls, "train/global_step": step, "train/reward": 0.5})
+        calls += 1
+        if step % 50 == 0:
+            rows.append({"_step": calls, "train/global_step": step, "eval/reward": 0.4})
+            calls += 1
+    log = tmp_path / "history.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out, run = imp(log)
+    assert out.returncode == 0, out.stderr
+    series = _series(run)
+    assert sorted(series["reward/mean"]) == list(range(10, 310, 10))
+    assert sorted(series["eval/acc"]) == list(range(50, 310, 50))
+    assert "train/global_step" not in series and "_step" not in series
+
+
 def test_jsonl_wandb_history_with_trl_names(tmp_path, cli, imp):
     log = tmp_path / "history.jsonl"
     rows = [

@@ -28,9 +28,8 @@ import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from monitor.importers.jsonl import STEP_KEYS
 from monitor.importers.names import PEER_NAMES
-from monitor.importers.parsed import RUN_SEP, Parsed, as_step
+from monitor.importers.parsed import RUN_SEP, STEP_KEYS, Parsed, as_step
 
 STEP_COLUMNS = (*STEP_KEYS, "iteration")
 LONG_NAME_COLUMNS = ("name", "tag", "metric")

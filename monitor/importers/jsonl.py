@@ -29,19 +29,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from monitor.importers.parsed import Parsed, as_step
+from monitor.importers.parsed import STEP_KEYS, Parsed, as_step
 
-# In order of preference: W&B's own step, then the trainers' step keys (open-instruct's
-# optimizer step is "training_step"; its W&B step counts episodes, the samples seen).
-STEP_KEYS = (
-    "_step",
-    "step",
-    "global_step",
-    "train/global_step",
-    "trainer/global_step",
-    "training_step",
-    "Step",
-)
 _MERGED = ("data", "metrics")
 
 

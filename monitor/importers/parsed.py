@@ -17,6 +17,21 @@ RUN_SEP = " - "
 """Between a run's name and a metric's in a file of several runs (W&B's chart export)."""
 
 
+STEP_KEYS = (
+    "step",
+    "global_step",
+    "train/global_step",
+    "trainer/global_step",
+    "training_step",
+    "_step",
+    "Step",
+)
+"""A row's step: the first of these it holds. The trainers' optimizer-step keys come
+before W&B's own `_step`, which counts what the logger was told: log calls for Hugging
+Face's callback (one per `logging_steps`, train and eval apart), episodes for
+open-instruct (its optimizer step is "training_step"), the global step for verl."""
+
+
 @dataclass
 class Parsed:
     """Scalars read from one file, and what was skipped on the way."""

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from monitor.errors import UserError
-from monitor.importers.parsed import Parsed, as_value
+from monitor.importers.parsed import STEP_KEYS, Parsed, as_value
 from monitor.importers.tensorboard import masked_crc
 
 HEADER = struct.Struct("<4sHB")
@@ -163,8 +163,9 @@ def history_rows(records: list[tuple[int, bytes]]) -> Iterator[tuple[str, int | 
                 row[name] = _item_value(item)
             except ValueError:
                 row[name] = None
-        if isinstance(row.get("_step"), int | float):
-            step = int(row["_step"])
+        key = next((k for k in STEP_KEYS if isinstance(row.get(k), int | float)), None)
+        if key is not None:
+            step = int(row[key])
         yield f"offset {offset}", step, row
 
 
@@ -182,7 +183,7 @@ def add_rows(framed: Framed, parsed: Parsed) -> None:
             parsed.bad(where, "history row without a step")
             continue
         for name, raw in row.items():
-            if name.startswith("_"):
+            if name.startswith("_") or name in STEP_KEYS:
                 continue
             value = as_value(raw)
             if value is None:
