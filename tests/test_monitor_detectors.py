@@ -504,7 +504,8 @@ def test_the_noise_guard_is_pinned_by_hand():
     values = [0.5, 0.6] * 6  # 11 steps of |Δ| = 0.1: σ = √(π/4)·0.1; α = 1: σ_e = σ
     for step, v in enumerate(values):
         detector.update(step, {"reward/mean": v})
-    sigma = math.sqrt(math.pi / 4) * 0.1
+    # σ from 11 changes of 0.1, taken one standard error high: × (1 + √(π/2 − 1)/√11)
+    sigma = math.sqrt(math.pi / 4) * 0.1 * (1 + math.sqrt(math.pi / 2 - 1) / math.sqrt(11))
     assert detector.noise() == pytest.approx(sigma, rel=1e-12)
     # α = 1: every value is independent, m = the values seen; k = 0.5 + 2·√(2 ln m)
     assert detector.noise_k() == pytest.approx(0.5 + 2 * math.sqrt(2 * math.log(12)))

@@ -145,8 +145,9 @@ class DropRule:
     """Hysteresis: the alert clears once the drop is back below this."""
     noise_z: float = 4.0
     """A fall counts only beyond this many σ_e, the EWMA's own noise: σ·√(α/(2−α)), σ =
-    √(π/4)·mean |x_t − x_{t−1}| over the last 100 steps before an alert (a few prompts a
-    step: σ_e ≈ 0.08, the guard keeps stable runs quiet; tens: ≈ 0.01, it never binds)."""
+    √(π/4)·mean |x_t − x_{t−1}| over the last 100 steps before an alert, one standard
+    error high (`DropDetector.noise`) (a few prompts a step: σ_e ≈ 0.08, the guard keeps
+    stable runs quiet; tens: ≈ 0.01, it never binds)."""
     drawdown_margin: float = 2.0
     """A noisy EWMA's running peak rises with the run (~√(2 ln m)·σ_e over m independent
     values) and its troughs deepen alike, so a fall must also exceed that expected range,
