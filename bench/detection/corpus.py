@@ -46,13 +46,13 @@ if TYPE_CHECKING:
 DATA = REPO / "bench" / "data"
 TUNING_SEEDS = (0, 4)
 """Lab seeds whose runs chose the defaults; every other seed is in the report set."""
-UNSEEN_SEEDS = (37, 38, 39, 40)
-"""Report seeds first run after the last change to the defaults: the only lab seeds that
-nothing in the current defaults, rule or threshold, could have been fitted to. The last
-change designed on lab runs read clipping as a setting (`clip_off`, after seeds 0-36 had
-been scored); the drop rules' guard growing with the run came with it, from a simulation,
-and moves no lab alert. (Seeds 25-36 were that for the defaults before it: 30 of 36
-caught then, `detection.md`.)"""
+UNSEEN_SEEDS = (37, 38, 39, 40, 41, 42)
+"""Report seeds first run after the last change designed on lab runs: the only lab seeds
+that nothing in the current defaults, rule or threshold, could have been fitted to. That
+change read clipping as a setting (`clip_off`, after seeds 0-36 had been scored); the drop
+rules' changes since came from a simulation and from how verifiers score, and move one
+lab alert (a critical at a run's last step). Seeds 41-42 were run after all of them.
+(Seeds 25-36 were that for the defaults before it: 30 of 36 caught then, `detection.md`.)"""
 Stream = list[tuple[int, dict[str, float]]]
 Label = Literal["collapse", "stable", "survived"]
 
