@@ -453,6 +453,7 @@ def test_a_plus_minus_one_reward_is_paged_from_where_it_started_not_from_zero():
     ev = run(s, only="reward_collapse")
     (step, severity), *_ = fired(ev)
     assert severity == "critical" and 100 <= step <= 110
+    assert "gained from -0.6, its lowest before it" in ev[0][1].message
     ramp = [-0.6 + 0.75 * t / 99 for t in range(100)]
     s = [{"reward/mean": v} for v in ramp + [0.05] * 100]
     assert fired(run(s, only="reward_collapse")) == []

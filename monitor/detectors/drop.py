@@ -97,6 +97,7 @@ class DropDetector:
 
     def _draft(self, x: float, drop: float, severity: Severity) -> AlertDraft:
         r = self.rule
+        origin = fmt(self._low) + ("" if self._low == r.zero else ", its lowest before it")
         return AlertDraft(
             detector=self.name,
             severity=severity,
@@ -106,8 +107,9 @@ class DropDetector:
             window=self._n,
             factor="outcome",
             message=(
-                f"{r.metric} has fallen {drop:.0%} from its peak: smoothed {fmt(self._ewma)} "
-                f"vs peak {fmt(self._peak)} at step {self._peak_step} (now {fmt(x)}); the "
+                f"{r.metric} has lost {drop:.0%} of its gain: smoothed {fmt(self._ewma)} "
+                f"vs peak {fmt(self._peak)} at step {self._peak_step} (now {fmt(x)}), gained "
+                f"from {origin}; the "
                 f"smoothed value's own noise is ±{fmt(self.noise())} (a fall counts beyond "
                 f"{self.noise_k():.1f}× that)"
             ),
