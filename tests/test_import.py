@@ -346,6 +346,17 @@ def test_csv_wide_long_tsv_and_wandb_chart_export(tmp_path, cli, imp):
     assert _series(run) == {"policy/entropy": {10: 0.4, 20: 0.35}}
 
 
+def test_a_wandb_csv_export_is_read_at_the_optimizer_step(tmp_path, imp):
+    """The same choice in a CSV table: `train/global_step` over W&B's `_step` column."""
+    lines = ["_step,train/global_step,train/reward"]
+    lines += [f"{i},{10 * (i + 1)},0.5" for i in range(25)]
+    log = tmp_path / "history.csv"
+    log.write_text("\n".join(lines) + "\n")
+    out, run = imp(log)
+    assert out.returncode == 0, out.stderr
+    assert sorted(_series(run)["reward/mean"]) == list(range(10, 260, 10))
+
+
 def test_csv_without_a_step_column_is_refused(tmp_path, cli, imp):
     table = tmp_path / "nostep.csv"
     table.write_text("a,b\n1,2\n3,4\n")
