@@ -58,7 +58,7 @@ from dashboard.ui import (
     one_run,
     settings,
 )
-from monitor.detectors.config import CLIP_ON, ROLLOUT_BITS
+from monitor.detectors.config import CLIP_ON, MINI_BATCHES, ROLLOUT_BITS
 
 MAX_SPANS = 60
 MAX_MARKS = 400
@@ -100,7 +100,7 @@ SECTIONS: dict[str, tuple[Panel, ...]] = {
         Panel("Staleness ratio r = π_θ/π_old",
               ("staleness/ratio_max", "staleness/ratio_mean", "staleness/ratio_min")),
         Panel("Masked share and staleness KL", ("staleness/mask_frac", "staleness/kl_k3")),
-        Panel("Mini-batches per rollout (updates from one rollout)", ("staleness/mini_batches",)),
+        Panel("Mini-batches per rollout (updates from one rollout)", (MINI_BATCHES,)),
         Panel("Clipping on (1) or off (0)", (CLIP_ON,)),
     ),
     "Routing": (

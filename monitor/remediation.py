@@ -50,7 +50,7 @@ from typing import Any
 
 from monitor.actions import QUANT_BITS, WEIGHT_QUANTS, apply_to_controls
 from monitor.config import RemediationConfig
-from monitor.detectors.config import ROLLOUT_BITS, SETTINGS
+from monitor.detectors.config import MINI_BATCHES, ROLLOUT_BITS, SETTINGS
 from monitor.records import Action, ActionDraft, Alert, severity_rank
 
 PRECURSOR_FACTORS = ("train_inference", "staleness", "routing", "approximation", "optimisation")
@@ -199,7 +199,7 @@ class RemediationPolicy:
     ) -> ActionDraft:
         """Cap the mini-batches per rollout at their pre-episode number (the baseline of a
         rising-setting alert, when they rose) or else at half the current one; held."""
-        rose = _pre_episode(alert, context, "staleness/mini_batches")
+        rose = _pre_episode(alert, context, MINI_BATCHES)
         if rose is not None and 1 <= int(rose) < mini:
             n, how = int(rose), f"back to {int(rose)}, the number before they rose"
         else:

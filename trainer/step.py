@@ -32,7 +32,7 @@ from minirl import (
     routing_metrics,
     sequence_is_loss,
 )
-from monitor.detectors.config import CLIP_ON
+from monitor.detectors.config import CLIP_ON, MINI_BATCHES
 from trainer.controls import Controls
 from trainer.engines.base import InferenceEngine, Rollout, SamplingParams, TrainingEngine
 from trainer.evaluate import encode_prompts, response_texts
@@ -205,7 +205,7 @@ def _updates(
     stats = _merge_minibatch_stats(mb_stats)
     stats["optim/grad_norm"] = max(o["optim/grad_norm"] for o in optim)
     stats["optim/lr"] = optim[-1]["optim/lr"]
-    stats["staleness/mini_batches"] = float(mbs)  # the off-policy degree: a setting, like the lr
+    stats[MINI_BATCHES] = float(mbs)  # the off-policy degree: a setting, like the lr
     # the trust region, a setting too: 1 while the clip mask M_t can act, 0 once it is off
     stats[CLIP_ON] = float(controls.loss.clipped)
     return Updates(stats, log_r, routing_now, cosine)

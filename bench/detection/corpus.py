@@ -36,7 +36,7 @@ import numpy as np
 from bench import REPO
 from monitor.analyze import OUTCOME_METRICS, find_onset
 from monitor.config import MonitorConfig
-from monitor.detectors.config import CLIP_ON
+from monitor.detectors.config import CLIP_ON, MINI_BATCHES
 from monitor.importers.names import canonical_name, rename
 from monitor.reader import RunReader
 
@@ -148,7 +148,6 @@ def export_lab_run(run_dir: Path, out: Path, config: str, seed: int) -> None:
             f.write(json.dumps({"step": step, **row}, sort_keys=True) + "\n")
 
 
-MINI_BATCHES = "staleness/mini_batches"
 LAB_CONFIGS = REPO / "configs" / "lab" / "incidents"
 
 

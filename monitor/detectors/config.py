@@ -35,9 +35,11 @@ Scale = Literal["log", "linear"]
 
 ROLLOUT_BITS = "engine/rollout_bits"
 """Bits of a rollout weight (16 for bf16, 8 for FP8, 4 for FP4), logged by the trainer."""
+MINI_BATCHES = "staleness/mini_batches"
+"""Policy updates per rollout (the off-policy degree), logged by the trainer."""
 CLIP_ON = "staleness/clip_on"
 """1 while the clip rule's mask M_t can act (the trust region is on), 0 once it is off."""
-SETTINGS = ("optim/lr", "staleness/mini_batches", ROLLOUT_BITS, CLIP_ON)
+SETTINGS = ("optim/lr", MINI_BATCHES, ROLLOUT_BITS, CLIP_ON)
 """Settings of the run rather than symptoms (the lr, the policy updates per rollout, the
 rollout weights' bits, clipping on): one that moved is the cause of what follows it."""
 
@@ -338,9 +340,7 @@ class DetectorsConfig:
     lr_rise: ChangeRule = setting_rule("optim/lr", "optimisation", "up", R_OPTIM, fold=1.2)
     """The learning rate ≥ 1.2× its level after warm-up: a schedule that keeps raising it
     (a warm-up longer than the detectors' own shows here too, and says by how much)."""
-    mini_batches_rise: ChangeRule = setting_rule(
-        "staleness/mini_batches", "staleness", "up", R_STALE, fold=1.5
-    )
+    mini_batches_rise: ChangeRule = setting_rule(MINI_BATCHES, "staleness", "up", R_STALE, fold=1.5)
     """More policy updates per rollout than after warm-up (≥ 1.5×): the off-policy degree
     rose, and with it the staleness r_t = π_θ/π_old of the later mini-batches."""
     rollout_precision_drop: ChangeRule = setting_rule(
@@ -364,6 +364,7 @@ class DetectorsConfig:
 
 __all__ = [
     "CLIP_ON",
+    "MINI_BATCHES",
     "ROLLOUT_BITS",
     "SETTINGS",
     "BreakdownRule",

@@ -109,9 +109,8 @@ class DropDetector:
             message=(
                 f"{r.metric} has lost {drop:.0%} of its gain: smoothed {fmt(self._ewma)} "
                 f"vs peak {fmt(self._peak)} at step {self._peak_step} (now {fmt(x)}), gained "
-                f"from {origin}; the "
-                f"smoothed value's own noise is ±{fmt(self.noise())} (a fall counts beyond "
-                f"{self.noise_k():.1f}× that)"
+                f"from {origin}; the smoothed value's own noise is ±{fmt(self.noise())} "
+                f"(a fall counts beyond {self.noise_k():.1f}× that)"
             ),
             remedy=r.remedy,
         )

@@ -11,6 +11,7 @@ This module deliberately does not rescale or transform values: a mapping is a re
 
 from __future__ import annotations
 
+import functools
 import re
 
 # verl (volcengine/verl) -------------------------------------------------------------------
@@ -191,6 +192,7 @@ PEER_NAMES: dict[str, str] = {name: ours for peer in _PEERS for name, ours in pe
 _HF_PREFIX = "train/"
 
 
+@functools.cache
 def canonical_name(name: str) -> str:
     """Our name for a peer's metric name, or the name unchanged if it is not a known peer's."""
     if name in PEER_NAMES:
