@@ -13,7 +13,7 @@ import pytest
 from torchless_cli import run_cli
 
 from app.cli import main
-from monitor.importers.names import PEER_NAMES, canonical_name
+from monitor.importers.names import _PEERS, PEER_NAMES, canonical_name
 from monitor.importers.tensorboard import parse_tensorboard
 from monitor.reader import RunReader
 
@@ -74,8 +74,17 @@ def test_peer_names_map_onto_ours_and_unknown_names_stay():
     assert canonical_name("policy/clipfrac_avg") == "staleness/mask_frac"
     assert canonical_name("train/gen_kl_error") == "mismatch/kl_k3"  # NeMo-RL (k3 by default)
     assert canonical_name("entropy") == "policy/entropy"
+    assert canonical_name("train/vllm_kl") == "mismatch/kl_k1"  # OpenRLHF
+    assert canonical_name("train/ppo_clip_ratio") == "staleness/mask_frac"
+    assert canonical_name("train/kl") == "train/kl"  # OpenRLHF's KL to the reference model
     assert canonical_name("my/own_metric") == "my/own_metric"
     assert canonical_name("train/something_else") == "train/something_else"
+    # a name two peers log means one quantity of ours
+    targets: dict[str, set[str]] = {}
+    for peer in _PEERS:
+        for name, ours in peer.items():
+            targets.setdefault(name, set()).add(ours)
+    assert all(len(ours) == 1 for ours in targets.values())
     # every target is in our namespaces
     prefixes = ("mismatch/", "staleness/", "policy/", "optim/", "reward/", "response/", "perf/")
     assert all(target.startswith(prefixes) for target in PEER_NAMES.values())
@@ -87,6 +96,7 @@ def test_held_out_scores_are_matched_by_pattern_and_only_the_mean_is_an_accuracy
     assert canonical_name("val/test_score/lighteval/MATH") == "eval/acc"  # verl before 0.3
     assert canonical_name("eval_reward") == "eval/acc"  # TRL's evaluation log
     assert canonical_name("eval/reward") == "eval/acc"  # ... through HF's W&B callback
+    assert canonical_name("eval/eval_gsm8k_pass1") == "eval/acc"  # OpenRLHF
     assert canonical_name("actor/entropy_loss") == "policy/entropy"  # verl 2025: the entropy
     # best-of-N and majority votes are not accuracies; val-aux holds the other variables
     for name in (
@@ -95,6 +105,8 @@ def test_held_out_scores_are_matched_by_pattern_and_only_the_mean_is_an_accuracy
         "val-aux/aime24/reward/mean@16",
         "val-core/aime24/acc/mean@16/std",
         "eval_reward_std",
+        "eval/eval_gsm8k_pass8",  # OpenRLHF's best-of-8
+        "eval/eval_gsm8k_response_length_mean",
     ):
         assert canonical_name(name) == name
 
@@ -182,6 +194,70 @@ def test_a_wandb_history_of_a_hugging_face_run_is_read_at_the_optimizer_step(tmp
     assert sorted(series["reward/mean"]) == list(range(10, 310, 10))
     assert sorted(series["eval/acc"]) == list(range(50, 310, 50))
     assert "train/global_step" not in series and "_step" not in series
+
+
+def _openrlhf_history() -> list[dict]:
+    """A W&B history of an OpenRLHF run: the train rows at `train/global_step`, each
+    evaluation a row of its own at `eval/global_step`, W&B's `_step` counting the calls."""
+    rows: list[dict] = []
+    for step in range(1, 41):
+        rows.append(
+            {
+                "_step": len(rows),
+                "train/global_step": step,
+                "train/vllm_kl": 1e-3,
+                "train/ppo_clip_ratio": 0.01,
+                "train/reward": 0.4,
+                "train/kl": 0.02,
+            }
+        )
+        if step % 10 == 0:
+            rows.append(
+                {
+                    "_step": len(rows),
+                    "eval/global_step": step,
+                    "eval/eval_gsm8k_pass1": 0.3 + step / 100,
+                    "eval/eval_gsm8k_pass4": 0.6,
+                }
+            )
+    return rows
+
+
+def _check_openrlhf(run: Path) -> None:
+    series = _series(run)
+    assert series["eval/acc"] == pytest.approx({10: 0.4, 20: 0.5, 30: 0.6, 40: 0.7})
+    assert sorted(series["eval/eval_gsm8k_pass4"]) == [10, 20, 30, 40]
+    assert sorted(series["mismatch/kl_k1"]) == list(range(1, 41))
+    assert sorted(series["staleness/mask_frac"]) == sorted(series["reward/mean"])
+    assert {"train/kl"} <= set(series)
+    assert not {"eval/global_step", "train/global_step", "_step"} & set(series)
+
+
+def test_an_openrlhf_wandb_history_puts_its_evaluations_at_the_training_step(tmp_path, imp):
+    """OpenRLHF logs each evaluation in a row of its own whose only step is
+    `eval/global_step`: read at `_step` (a count of log calls) each held-out accuracy
+    would land one step later per evaluation before it."""
+    log = tmp_path / "openrlhf.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in _openrlhf_history()))
+    out, run = imp(log)
+    assert out.returncode == 0, out.stderr
+    _check_openrlhf(run)
+
+
+def test_an_openrlhf_wandb_csv_export_reads_each_row_at_its_own_step_column(tmp_path, imp):
+    """The same history as W&B's CSV export: one table, the train rows' eval cells empty
+    and the eval rows' train cells empty. Each row takes the first step column it fills;
+    before, the file's first step column decided and every eval row was garbage."""
+    rows = _openrlhf_history()
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    lines = [",".join(columns)]
+    lines += [",".join(str(r.get(c, "")) for c in columns) for r in rows]
+    log = tmp_path / "openrlhf.csv"
+    log.write_text("\n".join(lines) + "\n")
+    out, run = imp(log)
+    assert out.returncode == 0, out.stderr
+    assert "garbage" not in out.stdout + out.stderr
+    _check_openrlhf(run)
 
 
 def test_jsonl_wandb_history_with_trl_names(tmp_path, cli, imp):

@@ -1,11 +1,11 @@
 """CSV (or TSV) logs with a header row.
 
 Accepted shapes:
-- wide: a step column (the first present of STEP_COLUMNS) plus one column per metric — a
-  W&B history export (`_step`), a pandas dump of a trainer's log. W&B's chart export
-  ("Step", "<run> - <metric>", "<run> - <metric>__MIN"/"__MAX") works too: the __MIN/__MAX
-  envelope columns are dropped and each "<run> - " prefix names a run (`Parsed.runs`;
-  `Parsed.by_run` splits the values by it).
+- wide: step columns (STEP_COLUMNS; a row's step is the first of them it fills) plus one
+  column per metric — a W&B history export (`_step`), a pandas dump of a trainer's log.
+  W&B's chart export ("Step", "<run> - <metric>", "<run> - <metric>__MIN"/"__MAX") works
+  too: the __MIN/__MAX envelope columns are dropped and each "<run> - " prefix names a
+  run (`Parsed.runs`; `Parsed.by_run` splits the values by it).
 - long: `step,name,value` — what `minirl export --format csv` writes — or, as
   TensorBoard's `experiment.get_scalars()` writes it, `run,tag,step,value` (`wall_time`
   is ignored).
@@ -15,8 +15,9 @@ Accepted shapes:
   (`run-<run>-tag-<tag>.csv`, see `_tag_from_file_name`).
 
 Empty cells are missing values, not garbage. A row is one line (a cell cannot span lines,
-so a stray quote spoils its own row, not the rest of the file); it is garbage when its
-step is not a step (an integer in 0..2^53) or its field count differs from the header's.
+so a stray quote spoils its own row, not the rest of the file); it is garbage when it
+has no step, its step is not a step (an integer in 0..2^53) or its field count differs
+from the header's.
 A leading byte-order mark (a spreadsheet's UTF-8 export) is not part of the first name.
 """
 
@@ -95,19 +96,21 @@ def parse_csv(path: Path) -> Parsed:
         if not header:
             return parsed
         header = [h.strip() for h in header]
-        step_col = next((c for c in STEP_COLUMNS if c in header), None)
-        if step_col is None:
+        step_cols = [c for c in STEP_COLUMNS if c in header]
+        if not step_cols:
             parsed.bad("header", f"no step column (looked for {', '.join(STEP_COLUMNS)})")
             for _ in reader:  # every row is unreadable without a step
                 parsed.units += 1
                 parsed.garbage += 1
             return parsed
-        step_idx = header.index(step_col)
+        # a row's step is the first of its step cells that is filled (as a JSONL row's):
+        # a trainer's train and eval rows may each carry only their own step column
+        step_idxs = [header.index(c) for c in step_cols]
         name_col = next((c for c in LONG_NAME_COLUMNS if c in header), None)
         long = (
             name_col is not None
             and "value" in header
-            and set(header) <= {step_col, name_col, "value", *LONG_EXTRA_COLUMNS}
+            and set(header) <= {*step_cols, name_col, "value", *LONG_EXTRA_COLUMNS}
         )
         if long:
             name_idx, value_idx = header.index(name_col), header.index("value")
@@ -121,7 +124,7 @@ def parse_csv(path: Path) -> Parsed:
             metrics = [
                 (i, name)
                 for i, name in enumerate(header)
-                if i not in (step_idx, run_idx)
+                if i not in (*step_idxs, run_idx)
                 and not name.startswith("_")
                 and not name.endswith(_ENVELOPE)
             ]
@@ -133,9 +136,14 @@ def parse_csv(path: Path) -> Parsed:
             if len(row) != len(header):
                 parsed.bad(f"row {lineno}", f"{len(row)} fields, header has {len(header)}")
                 continue
+            step_idx = next((i for i in step_idxs if row[i].strip()), None)
+            if step_idx is None:
+                parsed.bad(f"row {lineno}", f"no step (empty {', '.join(step_cols)})")
+                continue
             step = as_step(row[step_idx])
             if step is None:
-                parsed.bad(f"row {lineno}", f"{step_col}={row[step_idx]!r:.40} is not a step")
+                cell = row[step_idx]
+                parsed.bad(f"row {lineno}", f"{header[step_idx]}={cell!r:.40} is not a step")
                 continue
             # a row of a run column: its names are "<run> - <metric>", like a chart export's
             prefix = "" if run_idx is None else f"{row[run_idx]}{RUN_SEP}"

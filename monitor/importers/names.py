@@ -170,6 +170,28 @@ _NEMO_RL = {
     "train/gen_kl_error": "mismatch/kl_k3",
 }
 
+# OpenRLHF (OpenRLHF/OpenRLHF) --------------------------------------------------------------
+# openrlhf/trainer/ray/ppo_actor.py, training_step(): the status dict, and
+# openrlhf/models/loss.py, PolicyLoss; the trainer logs every key with the "train/" prefix
+# at "train/global_step" (W&B and TensorBoard).
+_OPENRLHF = {
+    # vllm_kl = mean(rollout_lp − old_lp), logged when enable_vllm_is_correction is on: k1 of
+    # KL(μ_old‖π_old), as verl's rollout_corr/kl.
+    "train/vllm_kl": "mismatch/kl_k1",
+    # ppo_clip_ratio: share of tokens where the clipped surrogate wins (surr2 < surr1), our
+    # M_t = 0 share; ppo_kl = mean(old − new log-probs), k1 of the staleness.
+    "train/ppo_clip_ratio": "staleness/mask_frac",
+    "train/ppo_kl": "staleness/kl_k1",
+    # entropy_loss: the token mean of π's entropy (logged when entropy_loss_coef is set).
+    "train/entropy_loss": "policy/entropy",
+    "train/policy_loss": "optim/loss",
+    "train/actor_lr": "optim/lr",
+    # reward: the reward function's (or model's) score before KL shaping ("return" is after).
+    "train/reward": "reward/mean",
+    "train/response_length": "response/len_mean",
+    # Not mapped: "kl" is the KL to the reference model.
+}
+
 # Held-out scores, named per dataset, so matched by pattern. The first of several datasets
 # in a logged row becomes eval/acc (the others keep their names; see import's `rename`).
 _HELD_OUT = (
@@ -182,9 +204,12 @@ _HELD_OUT = (
     # trl/trainer/grpo_trainer.py, log(): evaluation metrics get the "eval_" prefix;
     # Hugging Face's W&B and TensorBoard callbacks rewrite it to "eval/".
     re.compile(r"eval[_/]reward"),
+    # openrlhf/trainer/ppo_trainer.py, evaluate(): "eval/eval_{datasource}_pass1" is the mean
+    # reward of every sample (pass{N} beside it is best-of-N, not an accuracy).
+    re.compile(r"eval/eval_.+_pass1"),
 )
 
-_PEERS = (_VERL, _TRL, _SLIME, _PRIME_RL, _OPEN_INSTRUCT, _NEMO_RL)
+_PEERS = (_VERL, _TRL, _SLIME, _PRIME_RL, _OPEN_INSTRUCT, _NEMO_RL, _OPENRLHF)
 PEER_NAMES: dict[str, str] = {name: ours for peer in _PEERS for name, ours in peer.items()}
 
 # Hugging Face's Trainer (which TRL uses) prefixes every logged key with "train/" in W&B and

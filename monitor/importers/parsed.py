@@ -22,6 +22,7 @@ STEP_KEYS = (
     "global_step",
     "train/global_step",
     "trainer/global_step",
+    "eval/global_step",
     "training_step",
     "_step",
     "Step",
@@ -29,7 +30,8 @@ STEP_KEYS = (
 """A row's step: the first of these it holds. The trainers' optimizer-step keys come
 before W&B's own `_step`, which counts what the logger was told: log calls for Hugging
 Face's callback (one per `logging_steps`, train and eval apart), episodes for
-open-instruct (its optimizer step is "training_step"), the global step for verl."""
+open-instruct (its optimizer step is "training_step"), the global step for verl.
+OpenRLHF logs its evaluations in rows of their own, at "eval/global_step"."""
 
 
 @dataclass
