@@ -97,6 +97,7 @@ def test_held_out_scores_are_matched_by_pattern_and_only_the_mean_is_an_accuracy
     assert canonical_name("eval_reward") == "eval/acc"  # TRL's evaluation log
     assert canonical_name("eval/reward") == "eval/acc"  # ... through HF's W&B callback
     assert canonical_name("eval/eval_gsm8k_pass1") == "eval/acc"  # OpenRLHF
+    assert canonical_name("validation/accuracy") == "eval/acc"  # NeMo-RL
     assert canonical_name("actor/entropy_loss") == "policy/entropy"  # verl 2025: the entropy
     # best-of-N and majority votes are not accuracies; val-aux holds the other variables
     for name in (
@@ -258,6 +259,35 @@ def test_an_openrlhf_wandb_csv_export_reads_each_row_at_its_own_step_column(tmp_
     assert out.returncode == 0, out.stderr
     assert "garbage" not in out.stdout + out.stderr
     _check_openrlhf(run)
+
+
+def test_a_slime_wandb_history_is_read_at_its_rollout_step(tmp_path, imp):
+    """slime calls `wandb.log` without a step for its rollout, perf and train rows, each
+    carrying its own step key: at `_step` one step's reward and mismatch would sit three
+    log calls apart."""
+    rows: list[dict] = []
+    for rollout in range(30):
+        rows.append({"_step": len(rows), "rollout/step": rollout, "rollout/raw_reward": 0.5})
+        rows.append({"_step": len(rows), "rollout/step": rollout, "perf/step_time": 9.0})
+        rows.append(
+            {
+                "_step": len(rows),
+                "train/step": rollout,
+                "train/train_rollout_logprob_abs_diff": 0.01 * (1 + rollout),
+                "train/pg_clipfrac": 0.002,
+            }
+        )
+    log = tmp_path / "slime.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out, run = imp(log)
+    assert out.returncode == 0, out.stderr
+    series = _series(run)
+    assert sorted(series["reward/mean"]) == list(range(30))
+    assert series["mismatch/logprob_abs_diff"] == pytest.approx(
+        {r: 0.01 * (1 + r) for r in range(30)}
+    )
+    assert sorted(series["staleness/mask_frac"]) == list(range(30))
+    assert not {"rollout/step", "train/step"} & set(series)
 
 
 def test_jsonl_wandb_history_with_trl_names(tmp_path, cli, imp):

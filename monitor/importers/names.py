@@ -207,6 +207,9 @@ _HELD_OUT = (
     # openrlhf/trainer/ppo_trainer.py, evaluate(): "eval/eval_{datasource}_pass1" is the mean
     # reward of every sample (pass{N} beside it is best-of-N, not an accuracy).
     re.compile(r"eval/eval_.+_pass1"),
+    # nemo_rl/algorithms/grpo.py, validate(): the mean reward of the validation samples,
+    # logged with the "validation/" prefix.
+    re.compile(r"validation/accuracy"),
 )
 
 _PEERS = (_VERL, _TRL, _SLIME, _PRIME_RL, _OPEN_INSTRUCT, _NEMO_RL, _OPENRLHF)

@@ -24,6 +24,9 @@ STEP_KEYS = (
     "trainer/global_step",
     "eval/global_step",
     "training_step",
+    "rollout/step",
+    "train/step",
+    "eval/step",
     "_step",
     "Step",
 )
@@ -31,7 +34,11 @@ STEP_KEYS = (
 before W&B's own `_step`, which counts what the logger was told: log calls for Hugging
 Face's callback (one per `logging_steps`, train and eval apart), episodes for
 open-instruct (its optimizer step is "training_step"), the global step for verl.
-OpenRLHF logs its evaluations in rows of their own, at "eval/global_step"."""
+OpenRLHF logs its evaluations in rows of their own, at "eval/global_step". slime calls
+`wandb.log` without a step for each of its rollout, train and eval rows, which carry
+"rollout/step" (the rollout), "train/step" (the optimizer step) and "eval/step". The two
+agree when each rollout makes one update (`global_batch_size` = rollout batch size ×
+samples per prompt); with n updates per rollout a train row sits at n × its rollout."""
 
 
 @dataclass
