@@ -62,6 +62,17 @@ def test_csv_with_a_byte_order_mark_and_a_huge_field(tmp_path, capsys):
     assert "1 garbage row(s) of 4 skipped" in err and "field larger than field limit" in err
 
 
+def test_a_csv_row_takes_the_first_step_column_it_fills(tmp_path, capsys):
+    """A row's step is its first filled step column; a row that fills none is garbage
+    with the reason, and one whose step cell is not a step says which column it read."""
+    rows = ["train/global_step,eval/global_step,_step,good", "1,,0,1", ",2,1,2", ",,,3", "x,,3,4"]
+    rc, err, got = _import(tmp_path, "log.csv", "\n".join(rows).encode(), capsys)
+    assert rc == 0 and got == {1: 1.0, 2: 2.0}
+    assert "2 garbage row(s) of 4 skipped" in err
+    assert "no step (empty train/global_step, eval/global_step, _step)" in err
+    assert "train/global_step='x' is not a step" in err
+
+
 def _record(payload: bytes) -> bytes:
     header = struct.pack("<Q", len(payload))
     crc = struct.pack("<I", masked_crc(payload))
