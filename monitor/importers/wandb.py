@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from monitor.errors import UserError
-from monitor.importers.parsed import STEP_KEYS, Parsed, as_value
+from monitor.importers.parsed import STEP_KEYS, Parsed, as_step, as_value
 from monitor.importers.tensorboard import masked_crc
 
 HEADER = struct.Struct("<4sHB")
@@ -163,9 +163,8 @@ def history_rows(records: list[tuple[int, bytes]]) -> Iterator[tuple[str, int | 
                 row[name] = _item_value(item)
             except ValueError:
                 row[name] = None
-        key = next((k for k in STEP_KEYS if isinstance(row.get(k), int | float)), None)
-        if key is not None:
-            step = int(row[key])
+        # a trainer's step key that holds a step wins over W&B's own (NaN or 1.5 is not one)
+        step = next((s for k in STEP_KEYS if (s := as_step(row.get(k))) is not None), step)
         yield f"offset {offset}", step, row
 
 
