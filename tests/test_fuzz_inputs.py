@@ -32,7 +32,10 @@ def test_set_overrides():
 def test_importers(fmt):
     tally = fuzz_importers.fuzz_importer(fmt, N, import_every=10)
     _clean(tally)
-    assert tally.notes["garbage units skipped"] > N / 2 and tally.notes["full imports"] >= N / 20
+    # every 10th file the parser reads is also imported whole; how many of the N files it
+    # reads depends on what hypothesis generates, which depends on what ran before it in
+    # the process (TensorBoard's, run alone: 8 full imports; in the suite: 10 or more)
+    assert tally.notes["garbage units skipped"] > N / 2 and tally.notes["full imports"] >= N / 40
 
 
 @pytest.mark.parametrize(

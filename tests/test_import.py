@@ -77,6 +77,12 @@ def test_peer_names_map_onto_ours_and_unknown_names_stay():
     assert canonical_name("train/vllm_kl") == "mismatch/kl_k1"  # OpenRLHF
     assert canonical_name("train/ppo_clip_ratio") == "staleness/mask_frac"
     assert canonical_name("train/kl") == "train/kl"  # OpenRLHF's KL to the reference model
+    assert canonical_name("train/mis_k3_kl") == "mismatch/kl_k3"  # slime's mismatch helper
+    assert canonical_name("train/mis_kl") == "mismatch/kl_k1"
+    assert canonical_name("rollout_correction/k3_kl") == "mismatch/kl_k3"  # ms-swift
+    assert canonical_name("train/rollout_correction/chi2_token") == "mismatch/chi2_token"
+    assert canonical_name("rollout_correction/kl") == "rollout_correction/kl"  # its sign moved
+    assert canonical_name("rollout_correction/chi2_seq") == "rollout_correction/chi2_seq"
     assert canonical_name("my/own_metric") == "my/own_metric"
     assert canonical_name("train/something_else") == "train/something_else"
     # a name two peers log means one quantity of ours
@@ -259,6 +265,34 @@ def test_an_openrlhf_wandb_csv_export_reads_each_row_at_its_own_step_column(tmp_
     assert out.returncode == 0, out.stderr
     assert "garbage" not in out.stdout + out.stderr
     _check_openrlhf(run)
+
+
+@pytest.mark.parametrize("lines", [True, False], ids=["jsonl", "records"])
+def test_an_openrlhf_history_dumped_through_pandas_reads_each_row_at_the_step_it_fills(
+    tmp_path, imp, lines
+):
+    """`run.history()` is a DataFrame, and pandas writes a row's empty cells as null: every
+    eval row carries `"train/global_step": null` before its `eval/global_step`. A row's
+    step is the first step key it fills; before, a null step key made the row garbage."""
+    pd = pytest.importorskip("pandas")
+    log = tmp_path / "openrlhf.json"
+    pd.DataFrame(_openrlhf_history()).to_json(log, orient="records", lines=lines)
+    assert r'"train\/global_step":null' in log.read_text()  # pandas escapes "/"
+    out, run = imp(log)
+    assert out.returncode == 0, out.stderr
+    assert "garbage" not in out.stdout + out.stderr
+    _check_openrlhf(run)
+
+
+def test_a_row_whose_step_keys_are_all_null_is_garbage_that_says_so(tmp_path, imp):
+    log = tmp_path / "nulls.jsonl"
+    rows = [{"step": s, "entropy": 0.5} for s in range(5)]
+    rows[2] = {"step": None, "_step": float("nan"), "entropy": 0.5}
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out, run = imp(log)
+    assert out.returncode == 0, out.stderr
+    assert "line 3: no step (null step, _step)" in out.stderr
+    assert sorted(_series(run)["policy/entropy"]) == [0, 1, 3, 4]
 
 
 def test_a_slime_wandb_history_is_read_at_its_rollout_step(tmp_path, imp):

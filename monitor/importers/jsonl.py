@@ -2,7 +2,8 @@
 
 Accepted shapes (each line decides for itself):
 - wide: `{"_step": 3, "actor/entropy": 0.41, ...}` — a W&B history export, or any logger
-  that writes one flat dict per step. The step is the first present of STEP_KEYS.
+  that writes one flat dict per step. The step is the first of STEP_KEYS the row fills
+  (not null or NaN).
 - nested: `{"step": 3, "data": {...}}` — verl's file logger; members of `data` or
   `metrics` are merged without a prefix, other nested objects are flattened with '/'.
 - long: `{"step": 3, "name": "x", "value": 1.0}` — what `minirl export --format jsonl`
@@ -27,6 +28,7 @@ Not read: W&B's `_runtime`, `_timestamp` and other underscore bookkeeping keys.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from monitor.importers.parsed import STEP_KEYS, Parsed, as_step
@@ -63,9 +65,11 @@ def _read_object(obj: object, where: str, parsed: Parsed) -> None:
     except _TooDeep:
         parsed.bad(where, f"objects nested deeper than {MAX_DEPTH} levels")
         return
-    step_key = next((k for k in STEP_KEYS if k in flat), None)
+    step_key = next((k for k in STEP_KEYS if not _missing(flat.get(k))), None)
     if step_key is None:
-        parsed.bad(where, f"no step (looked for {', '.join(STEP_KEYS)})")
+        held = [k for k in STEP_KEYS if k in flat]
+        looked = f"null {', '.join(held)}" if held else f"looked for {', '.join(STEP_KEYS)}"
+        parsed.bad(where, f"no step ({looked})")
         return
     step = as_step(flat.pop(step_key))
     if step is None:
@@ -76,6 +80,13 @@ def _read_object(obj: object, where: str, parsed: Parsed) -> None:
     else:  # wide: every field but the step and private ones (`_runtime`...)
         metrics = ((k, v) for k, v in flat.items() if not k.startswith("_") and k not in STEP_KEYS)
         parsed.add_fields(step, metrics)
+
+
+def _missing(value: object) -> bool:
+    """A step key that holds nothing: absent, null, or NaN (pandas writes a row's empty
+    cells as null, Python's json as NaN), so a row's step is the first key it fills: a
+    W&B history dumped through pandas gives every eval row a null train step."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 def _columns_as_rows(doc: dict) -> list[tuple[str, dict]] | None:

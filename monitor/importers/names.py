@@ -120,6 +120,33 @@ _SLIME = {
     "rollout/truncated_ratio": "response/trunc_frac",
 }
 
+# slime's train-inference mismatch helper (THUDM/slime, examples/train_infer_mismatch_helper/
+# mis.py, the custom TIS function of `--get-mismatch-metrics` / `--use-tis`): its metrics
+# get the "mis_" prefix, and the actor logs them under "train/" like the rest of loss.py's.
+_SLIME_MIS = {
+    # kl = mean(rollout_lp − train_lp): k1 of KL(μ_old‖π_old), as verl's rollout_corr/kl.
+    "train/mis_kl": "mismatch/kl_k1",
+    # k3_kl = mean(exp(ℓ) − ℓ − 1), ℓ = train_lp − rollout_lp: ours.
+    "train/mis_k3_kl": "mismatch/kl_k3",
+    # Not mapped: the perplexity metrics (log_ppl_diff...) are per-sequence means of ℓ, not
+    # token statistics of ours; mean_is_weight_before_clip is the mean of ρ (or of its
+    # sequence product or geometric mean, by mis_level).
+}
+
+# ms-swift (modelscope/ms-swift, GRPO since 3.11) ---------------------------------------------
+# docs/source_en/Instruction/GRPO/AdvancedResearch/training_inference_mismatch.md, "Metrics":
+# logged with the "rollout_correction/" prefix (and, through Hugging Face's Trainer, "train/"
+# in W&B and TensorBoard, as TRL's). Its other names are TRL's.
+_MS_SWIFT = {
+    # k3_kl = E_μ[ρ − log ρ − 1], ρ = π/μ: KL(μ_old‖π_old), ours (sign-free).
+    "rollout_correction/k3_kl": "mismatch/kl_k3",
+    # chi2_token = E[ρ²] − 1: ours.
+    "rollout_correction/chi2_token": "mismatch/chi2_token",
+    # Not mapped: "kl" changed sign in December 2025 (modelscope/ms-swift#7145: it estimated
+    # the reverse direction before), so a log's k1 cannot be read without its version;
+    # "chi2_seq" is of the geometric mean of ρ over a sequence, not of the product (ours).
+}
+
 # prime-rl (PrimeIntellect-ai/prime-rl) ----------------------------------------------------
 # src/prime_rl/trainer/rl/loss.py, compute_loss(): token_mismatch_kl = exp(ℓ) − ℓ − 1 with
 # ℓ = trainer − inference logprobs (k3), averaged per sequence, logged as
@@ -212,12 +239,23 @@ _HELD_OUT = (
     re.compile(r"validation/accuracy"),
 )
 
-_PEERS = (_VERL, _TRL, _SLIME, _PRIME_RL, _OPEN_INSTRUCT, _NEMO_RL, _OPENRLHF)
+_PEERS = (
+    _VERL,
+    _TRL,
+    _SLIME,
+    _SLIME_MIS,
+    _MS_SWIFT,
+    _PRIME_RL,
+    _OPEN_INSTRUCT,
+    _NEMO_RL,
+    _OPENRLHF,
+)
 PEER_NAMES: dict[str, str] = {name: ours for peer in _PEERS for name, ours in peer.items()}
 
-# Hugging Face's Trainer (which TRL uses) prefixes every logged key with "train/" in W&B and
-# TensorBoard (transformers/integrations/integration_utils.py, rewrite_logs()).
+# Hugging Face's Trainer (which TRL and ms-swift use) prefixes every logged key with "train/"
+# in W&B and TensorBoard (transformers/integrations/integration_utils.py, rewrite_logs()).
 _HF_PREFIX = "train/"
+_HF_TRAINERS = {**_TRL, **_MS_SWIFT}
 
 
 @functools.cache
@@ -225,8 +263,8 @@ def canonical_name(name: str) -> str:
     """Our name for a peer's metric name, or the name unchanged if it is not a known peer's."""
     if name in PEER_NAMES:
         return PEER_NAMES[name]
-    if name.startswith(_HF_PREFIX) and name[len(_HF_PREFIX) :] in _TRL:
-        return _TRL[name[len(_HF_PREFIX) :]]
+    if name.startswith(_HF_PREFIX) and name[len(_HF_PREFIX) :] in _HF_TRAINERS:
+        return _HF_TRAINERS[name[len(_HF_PREFIX) :]]
     if any(pattern.fullmatch(name) for pattern in _HELD_OUT):
         return "eval/acc"
     return name
