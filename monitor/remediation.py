@@ -4,11 +4,18 @@ Two tiers, from the paper's recipes (arXiv 2512.01374):
 
 - A precursor (warning) moves the run back to a recommended setting it is not in, and
   nothing else: the rollout precision back to its format before it dropped (held: a
-  cause is fixed at the cause, not by changing the loss), IS correction on when it is off
-  (TIS, cap 5), clipping on when it is off, routing replay when an off-policy MoE run has
-  none, length normalisation off. A run
+  cause is fixed at the cause, not by changing the loss), clipping on when it is off,
+  routing replay when an off-policy MoE run has none, length normalisation off. A run
   already in the recommended setting is left alone on a warning; an info alert (a level,
   e.g. a mismatch constant since step 1) is never acted on.
+- IS correction switched off is the exception: a precursor only records the advice (a
+  `remediation_skipped` event that names it); a breakdown turns it on (TIS, cap 5). On the
+  lab's tuning seeds, turning it back on at a precursor prevented no collapse (none of the
+  9 runs it touched collapsed without it) and left the served model lower in 6 of them:
+  with FP4 rollouts the uncorrected gradient learned faster (IS off from step 40 ended
+  above IS on throughout in 31 of 35 seeds, by 8 points on average), so the correction's
+  cost came before any need for its protection. Clipping off differs: a stale run without
+  it collapsed every time.
 - A breakdown (critical: joint precursors, the outcome falling, non-finite values) rolls
   back to the last healthy checkpoint before the episode and applies the fix for the
   factor the alert blames (the one that moved first, or a setting that moved):
@@ -65,8 +72,11 @@ class RemediationPolicy:
         """What the last `decide` held back, and why (Monitor records it as an event)."""
 
     # ------------------------------------------------------------------ the recipes
-    def settle(self, alert: Alert, controls: Mapping[str, Any]) -> list[ActionDraft]:
-        """A precursor's action: back to a recommended setting the run is not in, or none."""
+    def settle(
+        self, alert: Alert, controls: Mapping[str, Any], breakdown: bool = True
+    ) -> list[ActionDraft]:
+        """Back to a recommended setting the run is not in, or none. IS correction is only
+        turned back on at a `breakdown`; before one its advice is recorded in `skipped`."""
         c, why = self.cfg, _heading(alert)
         mini = int(controls.get("mini_batches", 1))
         if alert.metric == ROLLOUT_BITS:
@@ -82,14 +92,24 @@ class RemediationPolicy:
                 )
             ]
         if alert.factor in ("train_inference", "approximation") and _is_off(controls):
-            return [
-                _d(
-                    "set_is_correction",
-                    {"enabled": True, "cap": c.tis_cap},
-                    f"{why} → IS correction is off: turn on token TIS (cap {c.tis_cap:g})",
-                    alert,
-                )
-            ]
+            on = _d(
+                "set_is_correction",
+                {"enabled": True, "cap": c.tis_cap},
+                f"{why} → IS correction is off: turn on token TIS (cap {c.tis_cap:g})",
+                alert,
+            )
+            if breakdown:
+                return [on]
+            self.skipped.append(
+                {
+                    "kind": on.kind,
+                    "params": on.params,
+                    "alert_id": on.alert_id,
+                    "why": "IS correction is off: recommended on; applied automatically "
+                    "only at a breakdown",
+                }
+            )
+            return []
         if alert.factor in ("staleness", "approximation") and not controls.get("clip", True):
             return [
                 _d(
@@ -275,7 +295,7 @@ class RemediationPolicy:
             drafts += self.fix(blamed, controls, [*open_alerts, *eligible])
         for a in eligible:
             if a.severity == "warning" and a.factor in PRECURSOR_FACTORS:
-                settled = self.settle(a, controls)
+                settled = self.settle(a, controls, breakdown=False)
                 if not settled and a.factor == "staleness" and _applied(history, STALENESS_FIXES):
                     # the fix did not hold: staleness rose again after clipping came back
                     # (or after fewer mini-batches), so take the recipe's next step

@@ -101,7 +101,14 @@ def test_a_rollout_precision_drop_is_answered_by_finer_rollouts_not_by_the_loss(
 
 
 def test_a_precursor_only_restores_a_recommended_setting():
-    assert decide([alert()])[0] == [("set_is_correction", {"enabled": True, "cap": 5.0})]
+    # IS correction off: a precursor records the advice; only a breakdown turns it on
+    kinds, skipped = decide([alert()])
+    assert kinds == [] and [s["kind"] for s in skipped] == ["set_is_correction"]
+    assert "only at a breakdown" in skipped[0]["why"] and skipped[0]["alert_id"] == 1
+    approx = alert("residual_rise", "approximation")
+    assert decide([approx])[0] == [] and decide([approx])[1][0]["kind"] == "set_is_correction"
+    crash = decide([crit("train_inference")])[0]
+    assert crash == [("rollback", {}), ("set_is_correction", {"enabled": True, "cap": 5.0})]
     # already corrected: a warning alone changes nothing (no tightening on a precursor)
     assert decide([alert()], with_(is_policy="token_tis"))[0] == []
     s = alert("staleness_kl", "staleness")
@@ -267,21 +274,20 @@ def past(kind, step, status="applied", source="policy", id=1):
 
 
 def test_limits_pending_attempts_cooldown_and_rollbacks():
-    a = [alert()]
-    kinds, skipped = decide(
-        a, history=[past("set_is_correction", 5, status="pending", source="dashboard")]
-    )
+    a, off = [alert("staleness_kl", "staleness")], with_(clip=False)
+
+    def go(history, step=10):
+        return decide(a, off, history=history, step=step)
+
+    kinds, skipped = go([past("set_clip", 5, status="pending", source="dashboard")])
     assert kinds == [] and "already pending" in skipped[0]["why"]
-    three = [past("set_is_correction", s, id=i) for i, s in enumerate([0, 100, 200])]
-    kinds, skipped = decide(a, history=three, step=400)
+    kinds, skipped = go([past("set_clip", s, id=i) for i, s in enumerate([0, 100, 200])], 400)
     assert kinds == [] and "limit of 3" in skipped[0]["why"]
-    kinds, skipped = decide(a, history=[past("set_is_correction", 0)], step=14)
+    kinds, skipped = go([past("set_clip", 0)], step=14)
     assert kinds == [] and "cooldown" in skipped[0]["why"]
-    assert decide(a, history=[past("set_is_correction", 0)], step=15)[0] != []
+    assert go([past("set_clip", 0)], step=15)[0] != []
     # requests from the dashboard do not use up the policy's attempts
-    assert decide(
-        a, history=[past("set_is_correction", s, source="dashboard") for s in (0, 1, 2)], step=300
-    )[0]
+    assert go([past("set_clip", s, source="dashboard") for s in (0, 1, 2)], step=300)[0]
     crash = [alert("nonfinite", "optimisation", "critical")]
     two = [past("rollback", 0, id=1), past("rollback", 100, id=2)]
     kinds, skipped = decide(crash, history=two, step=500)
@@ -316,19 +322,25 @@ def test_monitor_remediation_is_off_by_default(tmp_path):
 
 def test_monitor_loop_acts_applies_and_audits(tmp_path):
     cfg = MonitorConfig.from_dict({"remediation": {"cooldown_steps": 30}})
-    mon = Monitor(tmp_path / "r", controls=CONTROLS, monitor_config=cfg, remediation=True)
+    controls = with_(length_norm=True)
+    mon = Monitor(tmp_path / "r", controls=controls, monitor_config=cfg, remediation=True)
     applied = []
     for i in range(200):
         mon.log(i, _healthy_step(i, 0.5 if _episode(i, 40, 100, 160) else 1e-3))
         for action in mon.pending_actions():  # the trainer's side of the contract
             mon.resolve(action.id, "applied", f"applied at step {i}")
             applied.append((i, action.kind, action.params))
-    # the first precursor turns IS correction on; the later ones find the run in the
-    # recommended setting and leave it alone (a warning never tightens anything)
-    assert applied == [(43, "set_is_correction", {"enabled": True, "cap": 5.0})]
-    assert mon.controls["is_policy"] == "token_tis"
+    # the first precursor turns length normalisation off; the later ones find IS
+    # correction off, which a precursor only advises (a warning never tightens anything)
+    assert applied == [(43, "set_length_norm", {"enabled": False})]
+    assert mon.controls["length_norm"] is False and mon.controls["is_policy"] == "none"
     mon.close()
     with RunReader(tmp_path / "r") as r:
+        advice = r.events("remediation_skipped")
+        assert [(e.step, e.detail["kind"]) for e in advice] == [
+            (103, "set_is_correction"),
+            (163, "set_is_correction"),
+        ]
         actions = r.actions()
         assert [a.status for a in actions] == ["applied"]
         alerts = {a.id: a for a in r.alerts()}
@@ -336,12 +348,13 @@ def test_monitor_loop_acts_applies_and_audits(tmp_path):
             assert a.source == "policy" and a.alert_id in alerts
             assert alerts[a.alert_id].detector == "mismatch_kl_k1"
             assert a.reason.startswith("mismatch_kl_k1 (warning)")
-        assert r.meta().controls["is_policy"] == "token_tis"
+        assert r.meta().controls["length_norm"] is False
 
 
 def test_limits_survive_a_resume(tmp_path):
     cfg = MonitorConfig.from_dict({"remediation": {"max_attempts": 1, "cooldown_steps": 0}})
-    mon = Monitor(tmp_path / "r", controls=CONTROLS, monitor_config=cfg, remediation=True)
+    controls = with_(length_norm=True)
+    mon = Monitor(tmp_path / "r", controls=controls, monitor_config=cfg, remediation=True)
     for i in range(50):
         mon.log(i, _healthy_step(i, 0.5 if _episode(i, 30) else 1e-3))
     (first,) = mon.pending_actions()
