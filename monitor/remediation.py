@@ -8,14 +8,15 @@ Two tiers, from the paper's recipes (arXiv 2512.01374):
   routing replay when an off-policy MoE run has none, length normalisation off. A run
   already in the recommended setting is left alone on a warning; an info alert (a level,
   e.g. a mismatch constant since step 1) is never acted on.
-- IS correction switched off is the exception: a precursor only records the advice (a
-  `remediation_skipped` event that names it); a breakdown turns it on (TIS, cap 5). On the
-  lab's tuning seeds, turning it back on at a precursor prevented no collapse (none of the
-  9 runs it touched collapsed without it) and left the served model lower in 6 of them:
-  with FP4 rollouts the uncorrected gradient learned faster (IS off from step 40 ended
-  above IS on throughout in 31 of 35 seeds, by 8 points on average), so the correction's
-  cost came before any need for its protection. Clipping off differs: a stale run without
-  it collapsed every time.
+- IS correction switched off is treated like a learning rate or a mini-batch count the
+  user raised: not undone without evidence that it hurts. A precursor only records the
+  advice (a `remediation_skipped` event that names it); a breakdown turns it on (TIS,
+  cap 5). On the lab's tuning seeds, turning it back on at a precursor prevented no
+  collapse (none of the 9 runs it touched collapsed without it) and left the served model
+  lower in 6 of them: with FP4 rollouts the uncorrected gradient learned faster (IS off
+  from step 40 ended above IS on throughout in 31 of 35 seeds, by 8 points on average),
+  so the correction's cost came before any need for its protection. Clipping off
+  differs: a stale run without it collapsed every time.
 - A breakdown (critical: joint precursors, the outcome falling, non-finite values) rolls
   back to the last healthy checkpoint before the episode and applies the fix for the
   factor the alert blames (the one that moved first, or a setting that moved):
