@@ -184,12 +184,13 @@ def history_body(path: str, name: str) -> None:
         st.caption("no actions yet")
     events = _event_table(rec.events)
     if events:
-        st.markdown("#### Induced incidents and rollbacks")
+        st.markdown("#### Induced incidents, rollbacks and actions held back")
         st.dataframe(events, hide_index=True, width="stretch")
 
 
 def _event_table(events: tuple[Event, ...]) -> list[dict[str, Any]]:
-    """Incidents (scripted, said so) and rollbacks with the held-out accuracy check."""
+    """Incidents (scripted, said so), rollbacks with the held-out accuracy check, and the
+    policy's actions held back (advice it leaves to a breakdown or to the user, limits)."""
     rows = []
     for e in events:
         d = e.detail
@@ -203,6 +204,9 @@ def _event_table(events: tuple[Event, ...]) -> list[dict[str, Any]]:
             )
         elif e.kind == "rollback_failed":
             what = f"rollback failed: wanted {d.get('wanted')}, checkpoints {d.get('have')}"
+        elif e.kind == "remediation_skipped":
+            params = ", ".join(f"{k}={v}" for k, v in (d.get("params") or {}).items())
+            what = f"not applied automatically: {d.get('kind')} ({params}): {d.get('why')}"
         else:
             continue
         rows.append({"after step": e.step, "event": e.kind, "what": what})

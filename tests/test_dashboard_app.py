@@ -325,6 +325,25 @@ def test_alerts_page_audits_actions_incidents_and_rollbacks(runs: Path):
     assert {t.get("name") for t in timeline["data"]} >= {"induced incident", "rollback"}
 
 
+def test_alerts_page_shows_the_advice_the_policy_holds_back(runs: Path):
+    """IS correction off and a training-inference precursor: the policy only advises
+    (a breakdown would apply it), and the advice is on the Alerts page."""
+    mon = Monitor(runs / "advice", controls={"is_policy": "none"}, remediation=True)
+    for step in range(60):
+        kl = 0.5 if 40 <= step < 50 else 1e-3 * (1 + 0.05 * np.sin(1.7 * step))
+        mon.log(step, {"mismatch/kl_k1": kl, "reward/mean": 0.5})
+    assert mon.pending_actions() == []
+    mon.close()
+    at = app("alerts", run="advice")
+    no_traceback(at)
+    events = at.dataframe[-1].value.to_dict("records")
+    [held] = [e for e in events if e["event"] == "remediation_skipped"]
+    assert held["what"] == (
+        "not applied automatically: set_is_correction (cap=5.0, enabled=True): IS correction "
+        "is off: recommended on; applied automatically only at a breakdown"
+    )
+
+
 def _request(at: AppTest, kind: str, **fields) -> AppTest:
     widget(at.selectbox, "Action kind").set_value(kind).run()
     for label, value in fields.items():
