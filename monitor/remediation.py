@@ -16,7 +16,7 @@ Two tiers, from the paper's recipes (arXiv 2512.01374):
   lower in 6 of them: with FP4 rollouts the uncorrected gradient learned faster (IS off
   from step 40 ended above IS on throughout in 31 of 35 seeds, by 8 points on average),
   so the correction's cost came before any need for its protection. Clipping off
-  differs: a stale run without it collapsed every time.
+  differs: a stale run without it collapsed on every one of those seeds.
 - A breakdown (critical: joint precursors, the outcome falling, non-finite values) rolls
   back to the last healthy checkpoint before the episode and applies the fix for the
   factor the alert blames (the one that moved first, or a setting that moved):
