@@ -101,15 +101,16 @@ class RemediationPolicy:
             )
             if breakdown:
                 return [on]
-            self.skipped.append(
-                {
-                    "kind": on.kind,
-                    "params": on.params,
-                    "alert_id": on.alert_id,
-                    "why": "IS correction is off: recommended on; applied automatically "
-                    "only at a breakdown",
-                }
-            )
+            if all(s["kind"] != on.kind for s in self.skipped):  # one advice per step
+                self.skipped.append(
+                    {
+                        "kind": on.kind,
+                        "params": on.params,
+                        "alert_id": on.alert_id,
+                        "why": "IS correction is off: recommended on; applied automatically "
+                        "only at a breakdown",
+                    }
+                )
             return []
         if alert.factor in ("staleness", "approximation") and not controls.get("clip", True):
             return [

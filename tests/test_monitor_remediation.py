@@ -107,6 +107,7 @@ def test_a_precursor_only_restores_a_recommended_setting():
     assert "only at a breakdown" in skipped[0]["why"] and skipped[0]["alert_id"] == 1
     approx = alert("residual_rise", "approximation")
     assert decide([approx])[0] == [] and decide([approx])[1][0]["kind"] == "set_is_correction"
+    assert len(decide([alert(), dataclasses.replace(approx, id=2)])[1]) == 1  # once a step
     crash = decide([crit("train_inference")])[0]
     assert crash == [("rollback", {}), ("set_is_correction", {"enabled": True, "cap": 5.0})]
     # already corrected: a warning alone changes nothing (no tightening on a precursor)
