@@ -23,7 +23,7 @@ import streamlit as st
 
 from dashboard import charts
 from dashboard.data import RunEntry, fingerprint, load_records, summarize
-from dashboard.marks import action_marks, incident_marks, rollback_marks
+from dashboard.marks import action_marks, incident_marks, params_text, rollback_marks
 from dashboard.ui import (
     guard,
     one_run,
@@ -141,7 +141,7 @@ def _action_table(actions: list[Action]) -> list[dict[str, Any]]:
         {
             "id": a.id,
             "kind": a.kind,
-            "params": ", ".join(f"{k}={v}" for k, v in a.params.items()),
+            "params": params_text(a.params),
             "status": a.status,
             "source": a.source,
             "requested at step": a.step,
@@ -205,7 +205,7 @@ def _event_table(events: tuple[Event, ...]) -> list[dict[str, Any]]:
         elif e.kind == "rollback_failed":
             what = f"rollback failed: wanted {d.get('wanted')}, checkpoints {d.get('have')}"
         elif e.kind == "remediation_skipped":
-            params = ", ".join(f"{k}={v}" for k, v in (d.get("params") or {}).items())
+            params = params_text(d.get("params"))
             what = f"not applied automatically: {d.get('kind')} ({params}): {d.get('why')}"
         else:
             continue

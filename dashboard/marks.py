@@ -182,8 +182,9 @@ def alert_marks(alerts: Iterable[Alert], last_step: int | None = None) -> list[M
     return out
 
 
-def _params(params: dict) -> str:
-    return ", ".join(f"{k}={v}" for k, v in params.items())
+def params_text(params: dict | None) -> str:
+    """An action's parameters as 'k=v, k=v' (empty for none)."""
+    return ", ".join(f"{k}={v}" for k, v in (params or {}).items())
 
 
 def short(kind: str, params: dict) -> str:
@@ -224,7 +225,7 @@ def action_marks(actions: Iterable[Action], last_step: int | None) -> list[Mark]
         else:
             step = (a.resolved_step if a.resolved_step is not None else (a.step or 0)) + BOUNDARY
         text = (
-            f"action #{a.id} {a.kind} ({_params(a.params) or 'no params'}) · {a.status} · "
+            f"action #{a.id} {a.kind} ({params_text(a.params) or 'no params'}) · {a.status} · "
             f"from {a.source}<br>{a.reason}" + (f"<br>trainer: {a.detail}" if a.detail else "")
         )
         out.append(Mark(step, "action", a.status, short(a.kind, a.params), text))

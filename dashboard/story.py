@@ -2,17 +2,18 @@
 
 One markdown line per induced incident, episode (its start with the blamed factor and
 the evidence, where it turned critical, where it ended), action (applied, rejected or
-pending), rollback, and the evaluation where held-out accuracy was back at its
-pre-episode level after the episode's first action. Changes made at a step boundary
-read 'step 29→30' (after step 29's record, before step 30). A pure function of the
-monitor's records and the run's evaluations; the episodes are marks.py's.
+pending), action the policy held back (its advice, a limit), rollback, and the
+evaluation where held-out accuracy was back at its pre-episode level after the episode's
+first action. Changes made at a step boundary read 'step 29→30' (after step 29's record,
+before step 30). A pure function of the monitor's records and the run's evaluations; the
+episodes are marks.py's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dashboard.marks import BOUNDARY, episode_groups
+from dashboard.marks import BOUNDARY, episode_groups, params_text
 from monitor.records import Action, Alert, Event
 
 
@@ -56,6 +57,9 @@ def story(
                 2,
                 f"{_boundary(e.step)} · ⟲ **rolled back to step {e.detail.get('to_step')}**{acc}",
             )
+        elif e.kind == "remediation_skipped":
+            d, params = e.detail, params_text(e.detail.get("params"))
+            add(e.step, 2, f"{e.step} · ◇ held back: {d.get('kind')} ({params}): {d.get('why')}")
     done = [a for a in actions if a.status != "pending"]
     for span, members in episode_groups(alerts, last_step):
         first = members[0]
@@ -84,7 +88,7 @@ def story(
                 f"({v0:.3f} at step {s0})",
             )
     for a in actions:
-        params = f" ({', '.join(f'{k}={v}' for k, v in a.params.items())})" if a.params else ""
+        params = f" ({params_text(a.params)})" if a.params else ""
         if a.status == "pending":
             add(
                 a.step or 0,

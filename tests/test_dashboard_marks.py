@@ -223,3 +223,23 @@ def test_story_of_a_monitored_run_with_an_incident_and_remediation(tmp_path: Pat
     assert lines[-1] == (
         "step 45 · ✓ held-out accuracy 0.420: back at its pre-episode level (0.400 at step 20)"
     )
+
+
+def test_story_says_what_the_policy_held_back(tmp_path: Path):
+    """IS correction off and a training-inference precursor: no action, the advice told."""
+    mon = Monitor(tmp_path / "r", controls={"is_policy": "none"}, remediation=True)
+    for step in range(60):
+        kl = 0.5 if step >= 40 else 1e-3 * (1 + 0.05 * np.sin(1.7 * step))
+        mon.log(step, {"mismatch/kl_k1": kl, "reward/mean": 0.5})
+    with RunReader(tmp_path / "r") as reader:
+        alerts, actions, events = reader.alerts(), reader.actions(), reader.events()
+    mon.close()
+    assert actions == []
+    lines = story(alerts, actions, events, 59)
+    [held] = [t for t in lines if "held back" in t]
+    [warn] = [a for a in alerts if a.severity == "warning"]
+    assert held == (
+        f"step {warn.step} · ◇ held back: set_is_correction (cap=5.0, enabled=True): IS "
+        "correction is off: recommended on; applied automatically only at a breakdown"
+    )
+    assert lines.index(held) == 1  # right after the episode it answers
