@@ -304,6 +304,8 @@ class RemediationPolicy:
                     why = f"{_heading(a)} → the staleness fix did not hold"
                     settled = self._next_step(a, controls, open_alerts, why)
                 drafts += settled
+        if any(d.kind == "set_is_correction" for d in drafts):  # a breakdown applies it now
+            self.skipped = [s for s in self.skipped if s["kind"] != "set_is_correction"]
         return self._within_limits(step, drafts, history)
 
     @staticmethod

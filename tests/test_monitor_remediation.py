@@ -110,6 +110,8 @@ def test_a_precursor_only_restores_a_recommended_setting():
     assert len(decide([alert(), dataclasses.replace(approx, id=2)])[1]) == 1  # once a step
     crash = decide([crit("train_inference")])[0]
     assert crash == [("rollback", {}), ("set_is_correction", {"enabled": True, "cap": 5.0})]
+    kinds, skipped = decide([crit("train_inference", id=3), alert()])  # together: no advice
+    assert ("set_is_correction", {"enabled": True, "cap": 5.0}) in kinds and skipped == []
     # already corrected: a warning alone changes nothing (no tightening on a precursor)
     assert decide([alert()], with_(is_policy="token_tis"))[0] == []
     s = alert("staleness_kl", "staleness")
