@@ -15,7 +15,6 @@ Requests are refused when the app is exposed beyond loopback without the token
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +22,7 @@ import streamlit as st
 
 from dashboard import charts
 from dashboard.data import RunEntry, fingerprint, load_records, summarize
-from dashboard.marks import action_marks, incident_marks, params_text, rollback_marks
+from dashboard.marks import action_marks, incident_marks, rollback_marks
 from dashboard.ui import (
     guard,
     one_run,
@@ -33,6 +32,7 @@ from dashboard.ui import (
 from monitor import RunReader, request_action
 from monitor.actions import IS_POLICIES, KINDS, ROUTING_MODES, WEIGHT_QUANTS
 from monitor.errors import UserError
+from monitor.event_text import event_text, number_text, params_text
 from monitor.records import Action, Alert, Event
 
 
@@ -112,10 +112,6 @@ def _alert_rows(alerts: list[Alert], last_step: int) -> list[dict[str, Any]]:
     return rows
 
 
-def _num(x: float | None) -> str:
-    return "–" if x is None else "nan" if math.isnan(x) else f"{x:.4g}"
-
-
 def _alert_table(alerts: list[Alert]) -> list[dict[str, Any]]:
     return [
         {
@@ -126,8 +122,8 @@ def _alert_table(alerts: list[Alert]) -> list[dict[str, Any]]:
             "blamed factor": a.factor,
             "detector": a.detector,
             "metric": a.metric,
-            "value": _num(a.value),
-            "baseline": _num(a.baseline),
+            "value": number_text(a.value),
+            "baseline": number_text(a.baseline),
             "window": a.window,
             "message": a.message,
             "remedy": a.remedy,
@@ -191,26 +187,11 @@ def history_body(path: str, name: str) -> None:
 def _event_table(events: tuple[Event, ...]) -> list[dict[str, Any]]:
     """Incidents (scripted, said so), rollbacks with the held-out accuracy check, and the
     policy's actions held back (advice it leaves to a breakdown or to the user, limits)."""
-    rows = []
-    for e in events:
-        d = e.detail
-        if e.kind == "incident":
-            what = f"{d.get('note') or d.get('kind')} (scripted on purpose, not by the run)"
-        elif e.kind == "rollback":
-            what = (
-                f"rolled back to the checkpoint of step {d.get('to_step')}; held-out accuracy "
-                f"of the restored policy {_num(d.get('eval_acc_after'))} (last evaluation up "
-                f"to that step: {_num(d.get('eval_acc_before'))})"
-            )
-        elif e.kind == "rollback_failed":
-            what = f"rollback failed: wanted {d.get('wanted')}, checkpoints {d.get('have')}"
-        elif e.kind == "remediation_skipped":
-            params = params_text(d.get("params"))
-            what = f"not applied automatically: {d.get('kind')} ({params}): {d.get('why')}"
-        else:
-            continue
-        rows.append({"after step": e.step, "event": e.kind, "what": what})
-    return rows
+    return [
+        {"after step": e.step, "event": e.kind, "what": what}
+        for e in events
+        if (what := event_text(e.kind, e.detail)) is not None
+    ]
 
 
 def request_form(run: RunEntry, alerts: list[Alert]) -> None:

@@ -21,6 +21,7 @@ import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from monitor.event_text import params_text
 from monitor.records import SEVERITIES, Action, Alert, Event, severity_rank
 
 BOUNDARY = 0.5
@@ -180,11 +181,6 @@ def alert_marks(alerts: Iterable[Alert], last_step: int | None = None) -> list[M
             text = f"{_alert_line(crit)}<br>{evidence}<br>remedy: {crit.remedy}"
             out.append(Mark(crit.step, "critical", "critical", "critical", text))
     return out
-
-
-def params_text(params: dict | None) -> str:
-    """An action's parameters as 'k=v, k=v' (empty for none)."""
-    return ", ".join(f"{k}={v}" for k, v in (params or {}).items())
 
 
 def short(kind: str, params: dict) -> str:

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dashboard.marks import BOUNDARY, episode_groups, params_text
+from dashboard.marks import BOUNDARY, episode_groups
+from monitor.event_text import params_text
 from monitor.records import Action, Alert, Event
 
 

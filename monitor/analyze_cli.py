@@ -1,8 +1,9 @@
 """`minirl analyze RUN [--json] [--html FILE]`: post-hoc analysis of a run directory.
 
 Prints the collapse onset (if any), the precursors ranked by how early they moved, the
-factor of the IS weight that broke first, and the run's alerts and actions; `--json`
-prints the same as JSON, `--html FILE` writes a self-contained report with charts.
+factor of the IS weight that broke first, the run's alerts and actions, and the events
+that changed it (induced incidents, rollbacks, actions held back); `--json` prints the
+same as JSON, `--html FILE` writes a self-contained report with charts.
 Definitions: monitor/analyze.py. Works on imported runs (`minirl import`) too.
 
 Given a folder of runs instead (what `minirl import` writes for a log of several runs),
@@ -18,6 +19,7 @@ import sys
 from pathlib import Path
 
 from monitor.errors import UserError
+from monitor.event_text import NOTABLE_EVENTS, event_text
 
 
 def _text(a) -> str:  # a: Analysis
@@ -50,6 +52,11 @@ def _text(a) -> str:  # a: Analysis
             f"  #{ac['id']} step {ac['step']}  {ac['kind']} {json.dumps(ac['params'])}  "
             f"[{ac['status']}] {ac['reason']}"
         )
+    notable = [e for e in a.events if e["kind"] in NOTABLE_EVENTS]
+    lines.append(f"events ({len(notable)}):")
+    for e in notable:
+        step, what = "-" if e["step"] is None else e["step"], event_text(e["kind"], e["detail"])
+        lines.append(f"  after step {step:>6}  {e['kind']:<20} {what}")
     return "\n".join(lines)
 
 
@@ -116,7 +123,7 @@ def _analyze_folder(folder: Path, runs: list[Path], metric: str | None, as_json:
 
 
 def main(argv: list[str]) -> int:
-    what = "Collapse onset, precursors ranked by lead, alerts and actions of a run."
+    what = "Collapse onset, precursors ranked by lead, alerts, actions and events of a run."
     parser = argparse.ArgumentParser(prog="minirl analyze", description=what)
     parser.add_argument("run", type=Path, help="run directory (or its store file)")
     parser.add_argument("--json", action="store_true", help="print the analysis as JSON")

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from monitor.analyze import Analysis, running_median, smoothing_width
+from monitor.event_text import event_text
 
 MAX_POINTS = 5000
 MAX_PRECURSOR_CHARTS = 8
@@ -227,7 +228,10 @@ def render_html(a: Analysis) -> str:
         "<h2>Actions</h2>",
         _table(a.actions, ["id", "step", "kind", "params", "source", "status", "reason", "detail"]),
         "<h2>Events</h2>",
-        _table(a.events, ["step", "kind", "detail"]),
+        _table(
+            [{**e, "what": event_text(e["kind"], e["detail"])} for e in a.events],
+            ["step", "kind", "what", "detail"],
+        ),
         "<h2>Notes</h2>",
         "<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in a.notes) + "</ul>",
         "</body></html>",

@@ -197,6 +197,43 @@ def test_cli_json_and_html(collapsed_run, tmp_path):
     assert "factor of the IS weight that broke first: train_inference" in text.stdout
 
 
+def test_cli_says_what_changed_the_run_and_what_was_held_back(tmp_path):
+    """An induced incident, a rollback and the IS advice a precursor leaves to a breakdown
+    are printed in words, after the step they follow; bookkeeping events are not."""
+    run = tmp_path / "changed"
+    with Monitor(run, controls={"is_policy": "none"}, remediation=True) as mon:
+        for step in range(60):
+            kl = 0.5 if 40 <= step < 50 else 1e-3 * (1 + 0.05 * np.sin(1.7 * step))
+            mon.log(step, {"mismatch/kl_k1": kl, "reward/mean": 0.5})
+            if step == 39:
+                note = "induced incident at step 40: rollouts in FP4"
+                mon.event("incident", {"kind": "set_rollout_quant", "note": note})
+            if step == 55:
+                mon.event("checkpoint", {"path": "ckpt/step55"})
+                detail = {"to_step": 30, "eval_acc_after": 0.41, "eval_acc_before": 0.4}
+                mon.event("rollback", detail)
+    out = run_cli("analyze", str(run))
+    assert out.returncode == 0, out.stderr
+    events = out.stdout[out.stdout.index("events (") :].splitlines()
+    assert events[0] == "events (3):"
+    incident, advice, rollback = (line.split() for line in events[1:])
+    assert incident[:4] == ["after", "step", "39", "incident"]
+    assert " ".join(incident[4:]) == (
+        "induced incident at step 40: rollouts in FP4 (scripted on purpose, not by the run)"
+    )
+    assert advice[:2] == ["after", "step"] and advice[3] == "remediation_skipped"
+    assert 40 <= int(advice[2]) < 50  # the precursor of the KL spike, once
+    assert "set_is_correction (cap=5.0, enabled=True): IS correction is off" in " ".join(advice)
+    assert rollback[:4] == ["after", "step", "55", "rollback"]
+    assert "checkpoint of step 30; held-out accuracy of the restored policy 0.41 " in (
+        " ".join(rollback)
+    )
+    assert "ckpt/step55" not in out.stdout
+    page = tmp_path / "report.html"
+    assert run_cli("analyze", str(run), "--html", str(page)).returncode == 0
+    assert "<td>rolled back to the checkpoint of step 30; held-out accuracy" in page.read_text()
+
+
 def test_cli_bad_run_is_one_clear_line(tmp_path):
     out = run_cli("analyze", str(tmp_path / "nope"))
     assert out.returncode == 2
