@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dashboard.marks import BOUNDARY, episode_groups
-from monitor.event_text import params_text
+from monitor.event_text import held_back_text, params_text
 from monitor.records import Action, Alert, Event
 
 
@@ -59,8 +59,7 @@ def story(
                 f"{_boundary(e.step)} · ⟲ **rolled back to step {e.detail.get('to_step')}**{acc}",
             )
         elif e.kind == "remediation_skipped":
-            d, params = e.detail, params_text(e.detail.get("params"))
-            add(e.step, 2, f"{e.step} · ◇ held back: {d.get('kind')} ({params}): {d.get('why')}")
+            add(e.step, 2, f"{e.step} · ◇ held back: {held_back_text(e.detail)}")
     done = [a for a in actions if a.status != "pending"]
     for span, members in episode_groups(alerts, last_step):
         first = members[0]

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from monitor.errors import UserError
-from monitor.event_text import NOTABLE_EVENTS, event_text
+from monitor.event_text import event_text
 
 
 def _text(a) -> str:  # a: Analysis
@@ -52,10 +52,10 @@ def _text(a) -> str:  # a: Analysis
             f"  #{ac['id']} step {ac['step']}  {ac['kind']} {json.dumps(ac['params'])}  "
             f"[{ac['status']}] {ac['reason']}"
         )
-    notable = [e for e in a.events if e["kind"] in NOTABLE_EVENTS]
+    notable = [(e, w) for e in a.events if (w := event_text(e["kind"], e["detail"])) is not None]
     lines.append(f"events ({len(notable)}):")
-    for e in notable:
-        step, what = "-" if e["step"] is None else e["step"], event_text(e["kind"], e["detail"])
+    for e, what in notable:
+        step = "-" if e["step"] is None else e["step"]
         lines.append(f"  after step {step:>6}  {e['kind']:<20} {what}")
     return "\n".join(lines)
 

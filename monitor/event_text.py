@@ -11,10 +11,6 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-NOTABLE_EVENTS = ("incident", "rollback", "rollback_failed", "remediation_skipped")
-"""The events that change what a run did or say why it was not changed (the others —
-start, checkpoint, stop, close... — are bookkeeping)."""
-
 
 def params_text(params: Mapping[str, Any] | None) -> str:
     """An action's parameters as 'k=v, k=v' (empty for none)."""
@@ -26,8 +22,14 @@ def number_text(x: float | None) -> str:
     return "–" if x is None else "nan" if math.isnan(x) else f"{x:.4g}"
 
 
+def held_back_text(detail: Mapping[str, Any]) -> str:
+    """What a `remediation_skipped` event held back, and why: 'kind (k=v): why'."""
+    return f"{detail.get('kind')} ({params_text(detail.get('params'))}): {detail.get('why')}"
+
+
 def event_text(kind: str, detail: Mapping[str, Any]) -> str | None:
-    """One line saying what a notable event did, or None for bookkeeping events."""
+    """One line saying what an event changed (an induced incident, a rollback) or why the
+    policy did not change it; None for bookkeeping (start, checkpoint, stop, close...)."""
     d = detail
     if kind == "incident":
         return f"{d.get('note') or d.get('kind')} (scripted on purpose, not by the run)"
@@ -40,6 +42,5 @@ def event_text(kind: str, detail: Mapping[str, Any]) -> str | None:
     if kind == "rollback_failed":
         return f"rollback failed: wanted {d.get('wanted')}, checkpoints {d.get('have')}"
     if kind == "remediation_skipped":
-        params = params_text(d.get("params"))
-        return f"not applied automatically: {d.get('kind')} ({params}): {d.get('why')}"
+        return f"not applied automatically: {held_back_text(d)}"
     return None
