@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from stream_factory import IS_OFF, kl_jump
 from torchless_cli import run_cli
 
 from bench.browser import chromium_available, chromium_page, wait_until
@@ -201,10 +202,9 @@ def test_cli_says_what_changed_the_run_and_what_was_held_back(tmp_path):
     """An induced incident, a rollback and the IS advice a precursor leaves to a breakdown
     are printed in words, after the step they follow; bookkeeping events are not."""
     run = tmp_path / "changed"
-    with Monitor(run, controls={"is_policy": "none"}, remediation=True) as mon:
-        for step in range(60):
-            kl = 0.5 if 40 <= step < 50 else 1e-3 * (1 + 0.05 * np.sin(1.7 * step))
-            mon.log(step, {"mismatch/kl_k1": kl, "reward/mean": 0.5})
+    with Monitor(run, controls=IS_OFF, remediation=True) as mon:
+        for step, metrics in kl_jump():
+            mon.log(step, metrics)
             if step == 39:
                 note = "induced incident at step 40: rollouts in FP4"
                 mon.event("incident", {"kind": "set_rollout_quant", "note": note})

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from stream_factory import IS_OFF, kl_jump
 from streamlit.testing.v1 import AppTest
 
 from dashboard.settings import ENV_HOST, ENV_RUNS_DIR, ENV_TOKEN
@@ -328,10 +329,9 @@ def test_alerts_page_audits_actions_incidents_and_rollbacks(runs: Path):
 def test_alerts_page_shows_the_advice_the_policy_holds_back(runs: Path):
     """IS correction off and a training-inference precursor: the policy only advises
     (a breakdown would apply it), and the advice is on the Alerts page."""
-    mon = Monitor(runs / "advice", controls={"is_policy": "none"}, remediation=True)
-    for step in range(60):
-        kl = 0.5 if 40 <= step < 50 else 1e-3 * (1 + 0.05 * np.sin(1.7 * step))
-        mon.log(step, {"mismatch/kl_k1": kl, "reward/mean": 0.5})
+    mon = Monitor(runs / "advice", controls=IS_OFF, remediation=True)
+    for step, metrics in kl_jump():
+        mon.log(step, metrics)
     assert mon.pending_actions() == []
     mon.close()
     at = app("alerts", run="advice")

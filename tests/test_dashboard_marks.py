@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 from alert_factory import make_alert
+from stream_factory import IS_OFF, kl_jump
 
 from dashboard import charts
 from dashboard import marks as mk
@@ -227,10 +228,9 @@ def test_story_of_a_monitored_run_with_an_incident_and_remediation(tmp_path: Pat
 
 def test_story_says_what_the_policy_held_back(tmp_path: Path):
     """IS correction off and a training-inference precursor: no action, the advice told."""
-    mon = Monitor(tmp_path / "r", controls={"is_policy": "none"}, remediation=True)
-    for step in range(60):
-        kl = 0.5 if step >= 40 else 1e-3 * (1 + 0.05 * np.sin(1.7 * step))
-        mon.log(step, {"mismatch/kl_k1": kl, "reward/mean": 0.5})
+    mon = Monitor(tmp_path / "r", controls=IS_OFF, remediation=True)
+    for step, metrics in kl_jump(end=None):
+        mon.log(step, metrics)
     with RunReader(tmp_path / "r") as reader:
         alerts, actions, events = reader.alerts(), reader.actions(), reader.events()
     mon.close()
