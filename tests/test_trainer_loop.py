@@ -343,6 +343,25 @@ def test_stop_and_rollback_actions(tiny_config, monkeypatch):
     assert result.stopped == "stop action" and result.last_step == 2
 
 
+def test_rollback_redo_trains_the_undone_steps_again(tiny_config, monkeypatch):
+    """With train.rollback_redo a run rolled back from step 3 to 1 ends at step 6, when its
+    data position reaches 4, with the final evaluation there; without it, at step 4 and
+    position 2 (a fixed budget of steps taken)."""
+    from trainer.checkpoints import list_checkpoints, load_checkpoint
+
+    ends = {}
+    for redo in (False, True):
+        train_section = {"steps": 4, "rollback_redo": redo}
+        cfg = tiny_config(train=train_section, eval={"every": 5}, checkpoint_every=1)
+        cfg = dataclasses.replace(cfg, run_dir=f"{cfg.resolved_run_dir}-{redo}")
+        _with_requests(monkeypatch, cfg, 3, [("rollback", {"step": 1})])
+        result = train(cfg, progress=False)
+        last = list_checkpoints(cfg.resolved_run_dir)
+        eval_steps, _ = _series(cfg.resolved_run_dir, "eval/acc")
+        ends[redo] = (result.last_step, load_checkpoint(last[max(last)])["pos"], eval_steps[-1])
+    assert ends == {False: (4, 2, 4), True: (6, 4, 6)}
+
+
 def test_rollback_restores_weights_optimizer_rng_and_data_position_exactly(
     tiny_config, monkeypatch
 ):

@@ -100,8 +100,11 @@ def rollback(run: RunState, request: Request) -> None:
     payload = load_checkpoint(ckpts[target])
     run.policy.load_state_dict(payload["policy"])
     restore_rng(payload)
-    run.pos = int(payload.get("pos", target))
+    pos = int(payload.get("pos", target))
+    undone, run.pos = run.pos - pos, pos
     run.set_lr(next_step=False)
+    if run.cfg.train.rollback_redo:  # the undone steps come again: the bar ends later
+        run.bar.extend(undone)
     run.engine.update_weights(run.policy.model)
     before = [a for s, a in zip(run.eval_steps, run.evals, strict=True) if s <= target]
     after = evaluate(

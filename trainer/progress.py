@@ -57,6 +57,10 @@ class Progress:
             self.stream.write(line + "\n")
         self.stream.flush()
 
+    def extend(self, steps: int) -> None:
+        """The run ends `steps` later (a rollback whose undone steps are trained again)."""
+        self.last += steps
+
     def message(self, text: str) -> None:
         """A line of its own (an alert, an applied action) that the bar does not overwrite."""
         self.stream.write(("\r\033[K" if self.tty else "") + text + "\n")
@@ -71,4 +75,7 @@ class NoProgress(Progress):
         pass
 
     def message(self, text: str) -> None:
+        pass
+
+    def extend(self, steps: int) -> None:
         pass

@@ -13,7 +13,9 @@ cold-start state), exactly as a new run would. A step whose gradient or log-prob
 are not finite trains nothing (the engine skips the update) and is recorded; NONFINITE_STOP
 of them in a row stop the run without checkpointing the diverged state. A rollback
 restores an earlier checkpoint exactly (weights, optimiser, RNG, data position) but keeps
-counting steps forward: the rolled-back branch stays in the store as evidence. What
+counting steps forward: the rolled-back branch stays in the store as evidence; the run
+ends after `train.steps` steps taken, or, with `train.rollback_redo`, when its data
+position reaches `train.steps` (the undone steps are trained again). What
 happens at a step boundary (incidents, actions, rollback) is in trainer/boundary.py.
 """
 
@@ -174,7 +176,7 @@ def _steps(run: RunState) -> str:
     why the loop ended."""
     tc = run.cfg.train
     streak = 0  # non-finite steps in a row
-    while run.step < tc.steps:
+    while _position(run) < tc.steps:
         # ---- step boundary: scripted incidents, then remediation actions ----------------
         for incident in due(tc.incidents, run.step + 1):
             induce(run, incident)
@@ -217,7 +219,7 @@ def _steps(run: RunState) -> str:
         result.scalars[ROLLOUT_BITS] = rollout_bits(
             run.cfg.engine.inference_dtype, run.controls.rollout_quant
         )
-        if _eval_due(run.step, run.cfg):
+        if _eval_due(run):
             result.scalars.update(_evaluate(run))
         _log(run, result)
         norm = result.scalars.get("optim/grad_norm", 0.0)
@@ -347,9 +349,15 @@ def _evaluate(run: RunState) -> dict[str, float]:
     return acc
 
 
-def _eval_due(step: int, cfg: RunConfig) -> bool:
-    every = cfg.eval.every
-    return step == cfg.train.steps or (every > 0 and step % every == 0)
+def _position(run: RunState) -> int:
+    """How far the run is towards `train.steps`: steps taken, or (`rollback_redo`) its
+    data position, which a rollback moves back."""
+    return run.pos if run.cfg.train.rollback_redo else run.step
+
+
+def _eval_due(run: RunState) -> bool:
+    every = run.cfg.eval.every
+    return _position(run) == run.cfg.train.steps or (every > 0 and run.step % every == 0)
 
 
 def _checkpoint(run: RunState) -> None:
