@@ -22,6 +22,11 @@ Per stable run with remediation on: its automatic actions and the accuracy it co
 Beside μ's accuracy, π's (the trained weights in fp32, at each checkpoint the run kept,
 cached in the run directory): the verdicts read μ, as they did before π was measured.
 Writes bench/results/remediation.md and remediation.json.
+
+`--rollback-redo` trains the arm with remediation with `train.rollback_redo=true` as well
+(`<runs>-remediation-redo/`): a rolled-back run trains the steps it undid again and ends
+where its data position and schedule end, instead of after `train.steps` steps taken. Its
+twin is the stable run with remediation where one exists, else the one without.
 """
 
 from __future__ import annotations
@@ -198,6 +203,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--no-final", action="store_true", help="measure no final accuracy (read the cached ones)"
     )
+    p.add_argument(
+        "--rollback-redo",
+        action="store_true",
+        help="remediation arm with train.rollback_redo=true (in <runs>-remediation-redo)",
+    )
     p.add_argument("--out", default=str(RESULTS / "remediation.md"))
     return p
 
@@ -206,10 +216,11 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     names = args.configs or lab.configs()
     off_dir = Path(args.runs)
-    on_dir = off_dir.with_name(off_dir.name + "-remediation")
+    on_dir = off_dir.with_name(off_dir.name + "-remediation" + "-redo" * args.rollback_redo)
+    on = ["train.remediation=true"] + ["train.rollback_redo=true"] * args.rollback_redo
     if not args.no_train:
         lab.run_lab(names, args.seeds, off_dir, args.jobs)
-        lab.run_lab(names, args.seeds, on_dir, args.jobs, ["train.remediation=true"])
+        lab.run_lab(names, args.seeds, on_dir, args.jobs, on)
     found = [
         (name, seed, off_dir / name / f"seed{seed}", on_dir / name / f"seed{seed}")
         for name in names
@@ -227,7 +238,7 @@ def main(argv: list[str]) -> int:
         _final_from_off(arms[on], arms[off])
     pairs = []
     for name, seed, off, on in found:
-        twin = arms.get(on_dir / TWINS.get(name, "stable_base") / f"seed{seed}")
+        twin = _twin(arms, Path(TWINS.get(name, "stable_base")) / f"seed{seed}", on_dir, off_dir)
         pair = Pair(
             name,
             seed,
@@ -244,6 +255,18 @@ def main(argv: list[str]) -> int:
     write(pairs, command.strip(), Path(args.out))
     print(f"wrote {args.out}")
     return 0
+
+
+def _twin(arms: dict[Path, Arm], rel: Path, on_dir: Path, off_dir: Path) -> Arm | None:
+    """The stable twin's arm: with remediation where that run exists, else without (the
+    same run when remediation took no action on it); read once, into `arms`."""
+    for run_dir in (on_dir / rel, off_dir / rel):
+        if run_dir not in arms and lab.finished(run_dir):
+            arms[run_dir] = read_arm(run_dir, str(rel))
+            _read_final(arms[run_dir], run_dir)
+        if run_dir in arms:
+            return arms[run_dir]
+    return None
 
 
 def _read_final(arm: Arm, run_dir: Path) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -297,3 +298,23 @@ def test_an_interrupted_lab_run_is_resumed_not_taken_as_finished(tmp_path):
     mon.event("stop", {"reason": "completed", "step": 1})
     mon.close()
     assert lab.finished(tmp_path / "r")
+
+
+def test_the_twin_is_the_stable_run_with_remediation_else_without(tmp_path):
+    """--rollback-redo's arm folder has no stable runs: the twin falls back to the stable
+    run without remediation; where both exist, the one with remediation is the twin."""
+    from bench.remediation import _twin
+
+    def stable(run_dir: Path, acc: float) -> None:
+        with Monitor(run_dir) as mon:
+            for step in range(30):
+                mon.log(step, {"reward/mean": 0.5, **({"eval/acc": acc} if step % 10 else {})})
+            mon.event("stop", {"reason": "completed"})
+
+    off, on, redo = tmp_path / "runs", tmp_path / "runs-remediation", tmp_path / "runs-redo"
+    stable(off / "stable_base/seed1", 0.40)
+    stable(on / "stable_base/seed1", 0.45)
+    rel = Path("stable_base/seed1")
+    assert _twin({}, rel, on, off).last_eval == 0.45
+    assert _twin({}, rel, redo, off).last_eval == 0.40
+    assert _twin({}, Path("stable_base/seed2"), redo, off) is None
