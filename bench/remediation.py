@@ -7,7 +7,9 @@ plus a scripted incident with a known cause) and its stable twins, each seed onc
 `train.remediation=false` (`<runs>/<config>/seed<k>`, the detection benchmark's runs)
 and once with `true` (`<runs>-remediation/<config>/seed<k>`). Runs that exist are reused;
 missing ones are trained (`bench.detection.lab`). Outcomes by the detection benchmark's
-one rule (`bench.detection.corpus.label_run`).
+one rule (`bench.detection.corpus.label_run`). `--rollback-redo` also sets
+`train.rollback_redo` on the arm with remediation (a rollback's undone steps are trained
+again; in `<runs>-remediation-redo/`, its twin the stable run with remediation, else without).
 
 Per pair: collapsed without and with remediation, held-out accuracy of the inference
 engine at the end (μ at the last checkpoint, re-measured with 32 responses per held-out
@@ -22,11 +24,6 @@ Per stable run with remediation on: its automatic actions and the accuracy it co
 Beside μ's accuracy, π's (the trained weights in fp32, at each checkpoint the run kept,
 cached in the run directory): the verdicts read μ, as they did before π was measured.
 Writes bench/results/remediation.md and remediation.json.
-
-`--rollback-redo` trains the arm with remediation with `train.rollback_redo=true` as well
-(`<runs>-remediation-redo/`): a rolled-back run trains the steps it undid again and ends
-where its data position and schedule end, instead of after `train.steps` steps taken. Its
-twin is the stable run with remediation where one exists, else the one without.
 """
 
 from __future__ import annotations
@@ -196,18 +193,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--configs", nargs="+", help="incident configs (default all)")
     p.add_argument("--runs", default="runs/incidents", help="runs without remediation")
     p.add_argument("--jobs", type=int, default=2)
-    p.add_argument("--no-train", action="store_true", help="only report the runs that exist")
-    p.add_argument(
-        "--no-pi", action="store_true", help="measure no π (read the cached measurements)"
-    )
-    p.add_argument(
-        "--no-final", action="store_true", help="measure no final accuracy (read the cached ones)"
-    )
-    p.add_argument(
-        "--rollback-redo",
-        action="store_true",
-        help="remediation arm with train.rollback_redo=true (in <runs>-remediation-redo)",
-    )
+    for flag, text in (
+        ("--no-train", "only report the runs that exist"),
+        ("--no-pi", "measure no π (read the cached measurements)"),
+        ("--no-final", "measure no final accuracy (read the cached ones)"),
+        ("--rollback-redo", "remediation with train.rollback_redo=true (<runs>-remediation-redo)"),
+    ):
+        p.add_argument(flag, action="store_true", help=text)
     p.add_argument("--out", default=str(RESULTS / "remediation.md"))
     return p
 
@@ -258,8 +250,7 @@ def main(argv: list[str]) -> int:
 
 
 def _twin(arms: dict[Path, Arm], rel: Path, on_dir: Path, off_dir: Path) -> Arm | None:
-    """The stable twin's arm: with remediation where that run exists, else without (the
-    same run when remediation took no action on it); read once, into `arms`."""
+    """The stable twin: the run with remediation where it exists, else without; read once."""
     for run_dir in (on_dir / rel, off_dir / rel):
         if run_dir not in arms and lab.finished(run_dir):
             arms[run_dir] = read_arm(run_dir, str(rel))
