@@ -208,11 +208,11 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     names = args.configs or lab.configs()
     off_dir = Path(args.runs)
-    on_dir = off_dir.with_name(off_dir.name + "-remediation" + "-redo" * args.rollback_redo)
-    on = ["train.remediation=true"] + ["train.rollback_redo=true"] * args.rollback_redo
+    redo = ["train.rollback_redo=true"] if args.rollback_redo else []
+    on_dir = off_dir.with_name(off_dir.name + ("-remediation-redo" if redo else "-remediation"))
     if not args.no_train:
         lab.run_lab(names, args.seeds, off_dir, args.jobs)
-        lab.run_lab(names, args.seeds, on_dir, args.jobs, on)
+        lab.run_lab(names, args.seeds, on_dir, args.jobs, ["train.remediation=true", *redo])
     found = [
         (name, seed, off_dir / name / f"seed{seed}", on_dir / name / f"seed{seed}")
         for name in names

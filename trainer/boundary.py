@@ -101,10 +101,10 @@ def rollback(run: RunState, request: Request) -> None:
     run.policy.load_state_dict(payload["policy"])
     restore_rng(payload)
     pos = int(payload.get("pos", target))
-    undone, run.pos = run.pos - pos, pos
-    run.set_lr(next_step=False)
     if run.cfg.train.rollback_redo:  # the undone steps come again: the bar ends later
-        run.bar.extend(undone)
+        run.bar.extend(run.pos - pos)
+    run.pos = pos
+    run.set_lr(next_step=False)
     run.engine.update_weights(run.policy.model)
     before = [a for s, a in zip(run.eval_steps, run.evals, strict=True) if s <= target]
     after = evaluate(
