@@ -362,6 +362,24 @@ def test_rollback_redo_trains_the_undone_steps_again(tiny_config, monkeypatch):
     assert ends == {False: (4, 2, 4), True: (6, 4, 6)}
 
 
+def test_a_resumed_rollback_redo_run_ends_where_its_bar_says(tiny_config, monkeypatch, capsys):
+    """Rolled back from 3 to 1 and killed in step 5, a `rollback_redo` run resumes from its
+    step-4 checkpoint (position 2) with two positions to go: it ends at step 6, and the
+    progress bar counts to 6 (not to `train.steps`, 4, which it has passed)."""
+    train_section = {"steps": 4, "rollback_redo": True}
+    cfg = tiny_config(train=train_section, eval={"every": 5}, checkpoint_every=1)
+    _with_requests(monkeypatch, cfg, 3, [("rollback", {"step": 1})])
+    original = _crash_at(monkeypatch, 5)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        train(cfg, progress=False)
+    monkeypatch.setattr(run_module, "rl_step", original)
+    capsys.readouterr()
+    result = train(cfg, resume=True, progress=True)
+    bar = capsys.readouterr().err
+    assert result.last_step == 6
+    assert "step 5/6 " in bar and "step 6/6 " in bar and "/4 " not in bar
+
+
 def test_rollback_restores_weights_optimizer_rng_and_data_position_exactly(
     tiny_config, monkeypatch
 ):

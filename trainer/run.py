@@ -139,7 +139,8 @@ def train(
         notifier=notifier,
         resume=resume,
     )
-    bar = Progress(last + 1, cfg.train.steps) if progress else NoProgress()
+    done = pos if cfg.train.rollback_redo else last  # towards train.steps, as `_position`
+    bar = Progress(last + 1, last + cfg.train.steps - done) if progress else NoProgress()
     run = RunState(cfg, run_dir, mon, policy, task, controls, bar, step=last, logged=last, pos=pos)
     if partial:
         bar.message(f"removed {len(partial)} unfinished checkpoint file(s) of a killed process")
