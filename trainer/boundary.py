@@ -100,10 +100,9 @@ def rollback(run: RunState, request: Request) -> None:
     payload = load_checkpoint(ckpts[target])
     run.policy.load_state_dict(payload["policy"])
     restore_rng(payload)
-    pos = int(payload.get("pos", target))
-    if run.cfg.train.rollback_redo:  # the undone steps come again: the bar ends later
-        run.bar.extend(run.pos - pos)
-    run.pos = pos
+    end = run.last_step
+    run.pos = int(payload.get("pos", target))
+    run.bar.extend(run.last_step - end)  # redone steps (`rollback_redo`) end the run later
     run.set_lr(next_step=False)
     run.engine.update_weights(run.policy.model)
     before = [a for s, a in zip(run.eval_steps, run.evals, strict=True) if s <= target]

@@ -139,9 +139,12 @@ def train(
         notifier=notifier,
         resume=resume,
     )
-    done = pos if cfg.train.rollback_redo else last  # towards train.steps, as `_position`
-    bar = Progress(last + 1, last + cfg.train.steps - done) if progress else NoProgress()
-    run = RunState(cfg, run_dir, mon, policy, task, controls, bar, step=last, logged=last, pos=pos)
+    run = RunState(
+        cfg, run_dir, mon, policy, task, controls, NoProgress(), step=last, logged=last, pos=pos
+    )
+    if progress:  # to the step the loop ends at (after a redone rollback, past train.steps)
+        run.bar = Progress(last + 1, run.last_step)
+    bar = run.bar
     if partial:
         bar.message(f"removed {len(partial)} unfinished checkpoint file(s) of a killed process")
     if from_start:  # its steps go: they are run again from the same start
@@ -177,7 +180,7 @@ def _steps(run: RunState) -> str:
     why the loop ended."""
     tc = run.cfg.train
     streak = 0  # non-finite steps in a row
-    while _position(run) < tc.steps:
+    while run.done < tc.steps:
         # ---- step boundary: scripted incidents, then remediation actions ----------------
         for incident in due(tc.incidents, run.step + 1):
             induce(run, incident)
@@ -350,15 +353,9 @@ def _evaluate(run: RunState) -> dict[str, float]:
     return acc
 
 
-def _position(run: RunState) -> int:
-    """How far the run is towards `train.steps`: steps taken, or (`rollback_redo`) its
-    data position, which a rollback moves back."""
-    return run.pos if run.cfg.train.rollback_redo else run.step
-
-
 def _eval_due(run: RunState) -> bool:
     every = run.cfg.eval.every
-    return _position(run) == run.cfg.train.steps or (every > 0 and run.step % every == 0)
+    return run.done == run.cfg.train.steps or (every > 0 and run.step % every == 0)
 
 
 def _checkpoint(run: RunState) -> None:

@@ -45,6 +45,17 @@ class RunState:
     partial: bool = False
     """Interrupted mid-step: that step is neither logged nor checkpointed."""
 
+    @property
+    def done(self) -> int:
+        """How far the run is towards `train.steps`: steps taken, or (`train.rollback_redo`)
+        its data position, which a rollback moves back."""
+        return self.pos if self.cfg.train.rollback_redo else self.step
+
+    @property
+    def last_step(self) -> int:
+        """The step the loop ends at: later after a rollback when its steps are redone."""
+        return self.step + self.cfg.train.steps - self.done
+
     def set_lr(self, next_step: bool = True) -> None:
         """lr = base × remediation's scale × the schedule at the data position (of the
         next step, or of the current one), never above remediation's cap (a cap holds
