@@ -5,11 +5,13 @@
 Closed loop, in pairs: every incident config of `configs/lab/incidents/` (a healthy run
 plus a scripted incident with a known cause) and its stable twins, each seed once with
 `train.remediation=false` (`<runs>/<config>/seed<k>`, the detection benchmark's runs)
-and once with `true` (`<runs>-remediation/<config>/seed<k>`). Runs that exist are reused;
-missing ones are trained (`bench.detection.lab`). Outcomes by the detection benchmark's
-one rule (`bench.detection.corpus.label_run`). `--rollback-redo` also sets
-`train.rollback_redo` on the arm with remediation (a rollback's undone steps are trained
-again; in `<runs>-remediation-redo/`, its twin the stable run with remediation, else without).
+and once with `true` and the trainer's default `train.rollback_redo=true` (a rollback's
+undone steps are trained again; `<runs>-remediation-redo/<config>/seed<k>`). `--budget`
+sets `train.rollback_redo=false` instead (`train.steps` counts steps taken;
+`<runs>-remediation/`); a run of it that took no rollback stands in for a missing run of
+the default, which would be the same run. Runs that exist are reused; missing ones are
+trained (`bench.detection.lab`). Outcomes by the detection benchmark's one rule
+(`bench.detection.corpus.label_run`).
 
 Per pair: collapsed without and with remediation, held-out accuracy of the inference
 engine at the end (μ at the last checkpoint, re-measured with 32 responses per held-out
@@ -29,6 +31,7 @@ Writes bench/results/remediation.md and remediation.json.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import shlex
 from dataclasses import asdict, dataclass, field
@@ -36,15 +39,13 @@ from pathlib import Path
 
 from bench import RESULTS
 from bench.detection import corpus, lab
-from bench.lab import final_eval
+from bench.lab import final_eval, policy_eval
 from monitor.config import MonitorConfig
 from monitor.errors import UserError
 from monitor.reader import RunReader
 
 TOLERANCE = 0.05
 """Accuracy within 5 points counts as the same (issue 14)."""
-PI_CACHE = "pi_eval.json"
-"""Per run directory: π's held-out accuracy at each kept checkpoint."""
 TWINS = {"is_off": "stable_fp4", "r3_off": "stable_4x_r3"}
 """Each incident config's stable twin (the others': stable_base)."""
 
@@ -70,24 +71,6 @@ class Arm:
     last_eval: float | None = None
     """The run's own last eval/acc (2 responses per prompt)."""
     evals: list[float] = field(default_factory=list, repr=False)
-
-
-def pi_accuracies(run_dir: Path, measure: bool = True) -> list[tuple[int, float]]:
-    """(step, π's held-out accuracy) at every checkpoint the run kept, cached in the run
-    directory (`PI_CACHE`, remeasured when the kept checkpoints change; with `measure`
-    False, [] instead)."""
-    from bench.lab import policy_eval
-    from trainer.checkpoints import list_checkpoints
-
-    steps = sorted(list_checkpoints(run_dir))
-    cached = policy_eval.read_cache(run_dir / PI_CACHE)
-    if cached.get("steps") != steps:
-        if not measure:
-            return []
-        pis = policy_eval.eval_policy_at(run_dir, list(steps)) if steps else []
-        cached = {"steps": steps, "pi": pis}
-        policy_eval.write_cache(run_dir / PI_CACHE, cached)
-    return list(zip(cached["steps"], cached["pi"], strict=True))
 
 
 def read_arm(run_dir: Path, name: str, with_pi: bool = False) -> Arm:
@@ -131,7 +114,7 @@ def read_arm(run_dir: Path, name: str, with_pi: bool = False) -> Arm:
         ],
     )
     _read_final(arm, run_dir)
-    if pis := pi_accuracies(run_dir, measure=with_pi):
+    if pis := policy_eval.pi_at_checkpoints(run_dir, measure=with_pi):
         arm.final_pi, arm.best_pi = pis[-1][1], max(v for _, v in pis)
     applied = [a for a in actions if a.status == "applied" and a.resolved_step is not None]
     if applied:
@@ -197,7 +180,7 @@ def _parser() -> argparse.ArgumentParser:
         ("--no-train", "only report the runs that exist"),
         ("--no-pi", "measure no π (read the cached measurements)"),
         ("--no-final", "measure no final accuracy (read the cached ones)"),
-        ("--rollback-redo", "remediation with train.rollback_redo=true (<runs>-remediation-redo)"),
+        ("--budget", "remediation with train.rollback_redo=false (<runs>-remediation)"),
     ):
         p.add_argument(flag, action="store_true", help=text)
     p.add_argument("--out", default=str(RESULTS / "remediation.md"))
@@ -208,18 +191,18 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     names = args.configs or lab.configs()
     off_dir = Path(args.runs)
-    redo = ["train.rollback_redo=true"] if args.rollback_redo else []
-    on_dir = off_dir.with_name(off_dir.name + ("-remediation-redo" if redo else "-remediation"))
+    budget_dir = off_dir.with_name(off_dir.name + "-remediation")
+    on_dir = budget_dir if args.budget else off_dir.with_name(off_dir.name + "-remediation-redo")
+    redo = f"train.rollback_redo={'false' if args.budget else 'true'}"
     if not args.no_train:
         lab.run_lab(names, args.seeds, off_dir, args.jobs)
-        lab.run_lab(names, args.seeds, on_dir, args.jobs, ["train.remediation=true", *redo])
-    found = [
-        (name, seed, off_dir / name / f"seed{seed}", on_dir / name / f"seed{seed}")
-        for name in names
-        for seed in args.seeds
-        if lab.finished(off_dir / name / f"seed{seed}")
-        and lab.finished(on_dir / name / f"seed{seed}")
-    ]
+        lab.run_lab(names, args.seeds, on_dir, args.jobs, ["train.remediation=true", redo])
+    found = []  # (config, seed, run without remediation, run with it)
+    for name, seed in itertools.product(names, args.seeds):
+        rel = Path(name) / f"seed{seed}"
+        with_remediation = _on_run(rel, on_dir, budget_dir)
+        if lab.finished(off_dir / rel) and with_remediation:
+            found.append((name, seed, off_dir / rel, with_remediation))
     arms = {d: read_arm(d, f"{n}/seed{s}", not args.no_pi) for n, s, *both in found for d in both}
     if not args.no_final:  # every off arm; an on arm only where remediation changed it
         todo = [d for _, _, off, on in found for d in (off, on) if d == off or arms[d].actions]
@@ -230,7 +213,8 @@ def main(argv: list[str]) -> int:
         _final_from_off(arms[on], arms[off])
     pairs = []
     for name, seed, off, on in found:
-        twin = _twin(arms, Path(TWINS.get(name, "stable_base")) / f"seed{seed}", on_dir, off_dir)
+        rel = Path(TWINS.get(name, "stable_base")) / f"seed{seed}"
+        twin = _twin(arms, rel, [_on_run(rel, on_dir, budget_dir), off_dir / rel])
         pair = Pair(
             name,
             seed,
@@ -249,9 +233,23 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _twin(arms: dict[Path, Arm], rel: Path, on_dir: Path, off_dir: Path) -> Arm | None:
-    """The stable twin: the run with remediation where it exists, else without; read once."""
-    for run_dir in (on_dir / rel, off_dir / rel):
+def _on_run(rel: Path, on_dir: Path, budget_dir: Path) -> Path | None:
+    """The run with remediation. A run that took no rollback is the same run with
+    `train.rollback_redo` on or off (tests/test_trainer_loop.py): where `on_dir` lacks a
+    finished run, the one made with `--budget` stands in for it if it took none, so the
+    default can be reported over runs made with `--budget`."""
+    if lab.finished(on_dir / rel):
+        return on_dir / rel
+    if on_dir != budget_dir and lab.finished(budget_dir / rel):
+        with RunReader(budget_dir / rel) as reader:
+            return None if reader.events(kind="rollback") else budget_dir / rel
+    return None
+
+
+def _twin(arms: dict[Path, Arm], rel: Path, candidates: list[Path | None]) -> Arm | None:
+    """The stable twin: the first finished candidate (the run with remediation, else the
+    one without); each run read once."""
+    for run_dir in filter(None, candidates):
         if run_dir not in arms and lab.finished(run_dir):
             arms[run_dir] = read_arm(run_dir, str(rel))
             _read_final(arms[run_dir], run_dir)

@@ -194,12 +194,12 @@ def test_the_defaults_are_the_frozen_tuning_point():
     assert all(FROZEN[k] in values for k, values in GRID.items())
 
 
-def test_pi_accuracies_are_cached_per_kept_checkpoints(tmp_path, monkeypatch):
+def test_pi_at_checkpoints_is_cached_per_kept_checkpoints(tmp_path, monkeypatch):
     """π is measured once per set of kept checkpoints; a new checkpoint or a torn cache
     remeasures (the evaluation itself is bench.lab.policy_eval's, tested with the lab)."""
     import bench.lab.policy_eval as policy_eval
     import trainer.checkpoints as checkpoints
-    from bench.remediation import PI_CACHE, pi_accuracies
+    from bench.lab.policy_eval import PI_CACHE, pi_at_checkpoints
 
     kept = {10: "a", 20: "b"}
     calls: list[list[int]] = []
@@ -210,14 +210,14 @@ def test_pi_accuracies_are_cached_per_kept_checkpoints(tmp_path, monkeypatch):
 
     monkeypatch.setattr(policy_eval, "eval_policy_at", fake_eval)
     monkeypatch.setattr(checkpoints, "list_checkpoints", lambda run_dir: dict(kept))
-    assert pi_accuracies(tmp_path) == [(10, 0.1), (20, 0.2)]
-    assert pi_accuracies(tmp_path) == [(10, 0.1), (20, 0.2)] and len(calls) == 1
+    assert pi_at_checkpoints(tmp_path) == [(10, 0.1), (20, 0.2)]
+    assert pi_at_checkpoints(tmp_path) == [(10, 0.1), (20, 0.2)] and len(calls) == 1
     kept[30] = "c"
-    assert pi_accuracies(tmp_path)[-1] == (30, 0.3) and calls[-1] == [10, 20, 30]
+    assert pi_at_checkpoints(tmp_path)[-1] == (30, 0.3) and calls[-1] == [10, 20, 30]
     (tmp_path / PI_CACHE).write_text("{torn")
-    assert pi_accuracies(tmp_path, measure=False) == [] and len(calls) == 2  # --no-pi
-    assert pi_accuracies(tmp_path) == [(10, 0.1), (20, 0.2), (30, 0.3)] and len(calls) == 3
-    assert pi_accuracies(tmp_path, measure=False)[-1] == (30, 0.3)  # read, not measured
+    assert pi_at_checkpoints(tmp_path, measure=False) == [] and len(calls) == 2  # --no-pi
+    assert pi_at_checkpoints(tmp_path) == [(10, 0.1), (20, 0.2), (30, 0.3)] and len(calls) == 3
+    assert pi_at_checkpoints(tmp_path, measure=False)[-1] == (30, 0.3)  # read, not measured
 
 
 def test_final_eval_measures_what_the_run_measured_at_its_end(tiny_config, monkeypatch):
@@ -300,21 +300,44 @@ def test_an_interrupted_lab_run_is_resumed_not_taken_as_finished(tmp_path):
     assert lab.finished(tmp_path / "r")
 
 
+def _finished_run(run_dir: Path, acc: float, rollback: bool = False) -> None:
+    """A finished run of 30 steps evaluated every 10, with a rollback at step 20 or none."""
+    with Monitor(run_dir) as mon:
+        for step in range(30):
+            mon.log(step, {"reward/mean": 0.5, **({"eval/acc": acc} if step % 10 else {})})
+            if rollback and step == 20:
+                mon.event("rollback", {"step": 20, "to_step": 10})
+        mon.event("stop", {"reason": "completed"})
+
+
+def test_a_budget_run_without_a_rollback_stands_in_for_the_default_one(tmp_path):
+    """The default's folder is read first; where it lacks a run, the `--budget` run stands
+    in only if it took no rollback (with one, the default run would differ); with
+    `--budget` itself, its own folder alone."""
+    from bench.remediation import _on_run
+
+    redo, budget = tmp_path / "runs-remediation-redo", tmp_path / "runs-remediation"
+    _finished_run(budget / "a/seed1", 0.4)
+    _finished_run(budget / "b/seed1", 0.4, rollback=True)
+    _finished_run(budget / "c/seed1", 0.4, rollback=True)
+    _finished_run(redo / "c/seed1", 0.5)
+    assert _on_run(Path("a/seed1"), redo, budget) == budget / "a/seed1"
+    assert _on_run(Path("b/seed1"), redo, budget) is None
+    assert _on_run(Path("c/seed1"), redo, budget) == redo / "c/seed1"
+    assert _on_run(Path("b/seed1"), budget, budget) == budget / "b/seed1"
+    assert _on_run(Path("d/seed1"), redo, budget) is None
+
+
 def test_the_twin_is_the_stable_run_with_remediation_else_without(tmp_path):
-    """--rollback-redo's arm folder has no stable runs: the twin falls back to the stable
+    """The default's arm folder may lack stable runs: the twin falls back to the stable
     run without remediation; where both exist, the one with remediation is the twin."""
     from bench.remediation import _twin
 
-    def stable(run_dir: Path, acc: float) -> None:
-        with Monitor(run_dir) as mon:
-            for step in range(30):
-                mon.log(step, {"reward/mean": 0.5, **({"eval/acc": acc} if step % 10 else {})})
-            mon.event("stop", {"reason": "completed"})
-
-    off, on, redo = tmp_path / "runs", tmp_path / "runs-remediation", tmp_path / "runs-redo"
-    stable(off / "stable_base/seed1", 0.40)
-    stable(on / "stable_base/seed1", 0.45)
+    off, on = tmp_path / "runs", tmp_path / "runs-remediation"
+    _finished_run(off / "stable_base/seed1", 0.40)
+    _finished_run(on / "stable_base/seed1", 0.45)
     rel = Path("stable_base/seed1")
-    assert _twin({}, rel, on, off).last_eval == 0.45
-    assert _twin({}, rel, redo, off).last_eval == 0.40
-    assert _twin({}, Path("stable_base/seed2"), redo, off) is None
+    assert _twin({}, rel, [on / rel, off / rel]).last_eval == 0.45
+    assert _twin({}, rel, [None, off / rel]).last_eval == 0.40
+    rel2 = Path("stable_base/seed2")
+    assert _twin({}, rel2, [on / rel2, off / rel2]) is None

@@ -334,8 +334,10 @@ def test_stop_and_rollback_actions(tiny_config, monkeypatch):
     assert 0.0 <= rollback.detail["eval_acc_after"] <= 1.0
     assert rollback.detail["eval_acc_before"] == _series(cfg.resolved_run_dir, "eval/acc")[1][0]
     steps, _ = _series(cfg.resolved_run_dir, "reward/mean")
-    assert steps == [1, 2, 3, 4, 5, 6]  # the rolled-back branch stays; steps go forward
-    assert result.last_step == 6
+    # the rolled-back branch stays; steps go forward, and (train.rollback_redo, the
+    # default) the two undone steps are trained again: the run ends at step 8
+    assert steps == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert result.last_step == 8
 
     cfg2 = dataclasses.replace(cfg, run_dir=str(cfg.resolved_run_dir) + "-stop")
     _with_requests(monkeypatch, cfg2, 2, [("stop", {})])
@@ -362,6 +364,27 @@ def test_rollback_redo_trains_the_undone_steps_again(tiny_config, monkeypatch):
     assert ends == {False: (4, 2, 4), True: (6, 4, 6)}
 
 
+def test_a_run_without_a_rollback_is_the_same_with_or_without_redo(tiny_config, monkeypatch):
+    """`train.rollback_redo` acts only at a rollback: without one, a run is the same to
+    the last digit with it on or off (the remediation benchmark relies on it to let a run
+    made with `--budget` stand in for the default's). An lr cap at step 2 changes the run,
+    so the two are compared after an action, not only on an untouched run."""
+    runs = {}
+    for redo in (False, True):
+        cfg = tiny_config(train={"steps": 4, "rollback_redo": redo}, checkpoint_every=1)
+        cfg = dataclasses.replace(cfg, run_dir=f"{cfg.resolved_run_dir}-{redo}")
+        _with_requests(monkeypatch, cfg, 2, [("set_lr_cap", {"lr": 1e-5})])
+        assert train(cfg, progress=False).last_step == 4
+        reader = RunReader(cfg.resolved_run_dir)
+        series = reader.scalars(reader.metric_names())
+        runs[redo] = {
+            m: (s.tolist(), v.tolist()) for m, (s, v) in series.items() if m[:5] != "perf/"
+        }  # all but wall-clock times
+    assert runs[False].keys() == runs[True].keys() and "optim/loss" in runs[True]
+    assert runs[True]["optim/lr"][1][-1] <= 1e-5 < runs[True]["optim/lr"][1][0]  # the cap held
+    assert runs[False] == runs[True]
+
+
 def test_a_resumed_rollback_redo_run_ends_where_its_bar_says(tiny_config, monkeypatch, capsys):
     """Rolled back from 3 to 1 and killed in step 5, a `rollback_redo` run resumes from its
     step-4 checkpoint (position 2) with two positions to go: it ends at step 6, and the
@@ -383,16 +406,15 @@ def test_a_resumed_rollback_redo_run_ends_where_its_bar_says(tiny_config, monkey
 def test_rollback_restores_weights_optimizer_rng_and_data_position_exactly(
     tiny_config, monkeypatch
 ):
-    """Run A trains 4 steps. Run B trains 3, rolls back to its checkpoint of step 1, then
-    trains 3 more: its steps 4-6 replay A's positions 2-4 and must equal them exactly
-    (same prompts, sampling seeds, lr, RNG, weights and AdamW state)."""
+    """Run A trains 4 steps. Run B, the same config, rolls back after step 3 to its
+    checkpoint of step 1 and (`train.rollback_redo`, the default) trains positions 2-4
+    again as steps 4-6: they must equal A's exactly (same prompts, sampling seeds, lr,
+    RNG, weights and AdamW state), and B ends where A does."""
     from trainer.checkpoints import list_checkpoints, load_checkpoint
 
     a = tiny_config(train={"steps": 4}, checkpoint_every=1, keep_checkpoints=10)
     train(a, progress=False)
-    b = dataclasses.replace(
-        a, run_dir=str(a.resolved_run_dir) + "-b", train=dataclasses.replace(a.train, steps=6)
-    )
+    b = dataclasses.replace(a, run_dir=str(a.resolved_run_dir) + "-b")
     _with_requests(monkeypatch, b, 3, [("rollback", {"step": 1})])
     train(b, progress=False)
     for name in (

@@ -69,11 +69,13 @@ class TrainConfig:
     remediation: bool = False
     """Apply the monitor's remediation actions automatically. Off by default so that a
     paper ablation stays the ablation it claims to be; the demo turns it on."""
-    rollback_redo: bool = False
-    """Train again the steps a rollback undid: the run ends when its data position (the
-    prompts, sampling seeds and lr schedule) reaches `steps`, at the cost of the undone
-    steps' compute. Off: `steps` is the number of steps taken (a fixed compute budget), so
-    a run rolled back from step 67 to 30 ends at position 63, short of its schedule's end."""
+    rollback_redo: bool = True
+    """Train again the steps a rollback undid, as a run resumed by hand from an earlier
+    checkpoint would: the run ends when its data position (the prompts, sampling seeds and
+    lr schedule) reaches `steps`, at the cost of the undone steps' compute. Off: `steps` is
+    the number of steps taken (a fixed compute budget), so a run rolled back from step 67
+    to 30 ends at position 63, short of its data and its schedule's end. A run that takes
+    no rollback is the same either way."""
     grad_cosine_every: int = 10
     """Every this many steps, probe approx/grad_cosine (token-surrogate vs sequence-level
     IS gradient on one batch: two extra backward passes); 0 disables it."""

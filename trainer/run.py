@@ -14,8 +14,8 @@ are not finite trains nothing (the engine skips the update) and is recorded; NON
 of them in a row stop the run without checkpointing the diverged state. A rollback
 restores an earlier checkpoint exactly (weights, optimiser, RNG, data position) but keeps
 counting steps forward: the rolled-back branch stays in the store as evidence; the run
-ends after `train.steps` steps taken, or, with `train.rollback_redo`, when its data
-position reaches `train.steps` (the undone steps are trained again). What
+ends when its data position reaches `train.steps` (`train.rollback_redo`, the default:
+the undone steps are trained again), or after `train.steps` steps taken without it. What
 happens at a step boundary (incidents, actions, rollback) is in trainer/boundary.py.
 """
 

@@ -20,6 +20,9 @@ from typing import Any
 from bench.lab.manifest import RunSpec
 
 CACHE = "policy_eval.json"
+PI_CACHE = "pi_eval.json"
+"""Per run directory (outside the lab: `minirl bench remediation`'s runs): π's held-out
+accuracy at each kept checkpoint."""
 
 
 def read_cache(path: Path) -> dict[str, Any]:
@@ -87,6 +90,23 @@ def eval_policy_at(run_dir: Path, steps: list[int | None]) -> list[float]:
                 )
             )
     return out
+
+
+def pi_at_checkpoints(run_dir: Path, measure: bool = True) -> list[tuple[int, float]]:
+    """(step, π's held-out accuracy) at every checkpoint the run kept, cached in the run
+    directory (`PI_CACHE`, remeasured when the kept checkpoints change; with `measure`
+    False, [] instead)."""
+    from trainer.checkpoints import list_checkpoints
+
+    steps = sorted(list_checkpoints(run_dir))
+    cached = read_cache(run_dir / PI_CACHE)
+    if cached.get("steps") != steps:
+        if not measure:
+            return []
+        pis = eval_policy_at(run_dir, list(steps)) if steps else []
+        cached = {"steps": steps, "pi": pis}
+        write_cache(run_dir / PI_CACHE, cached)
+    return list(zip(cached["steps"], cached["pi"], strict=True))
 
 
 def run_policy_evals(lab_dir: Path, specs: list[RunSpec], say: Any = print) -> dict:
