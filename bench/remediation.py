@@ -248,14 +248,15 @@ def _on_run(rel: Path, on_dir: Path, budget_dir: Path) -> Path | None:
 
 def _twin(arms: dict[Path, Arm], rel: Path, candidates: list[Path | None]) -> Arm | None:
     """The stable twin: the first finished candidate (the run with remediation, else the
-    one without); each run read once."""
+    one without), each run read once; one with remediation that took no action takes the
+    measured final accuracy of the one without (`_final_from_off`: they are one run)."""
+    found = []
     for run_dir in filter(None, candidates):
         if run_dir not in arms and lab.finished(run_dir):
             arms[run_dir] = read_arm(run_dir, str(rel))
-            _read_final(arms[run_dir], run_dir)
         if run_dir in arms:
-            return arms[run_dir]
-    return None
+            found.append(arms[run_dir])
+    return _final_from_off(*found) if len(found) == 2 else next(iter(found), None)
 
 
 def _read_final(arm: Arm, run_dir: Path) -> None:

@@ -7,6 +7,7 @@ on runs written through the real Monitor, with outcomes and alerts known by cons
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from pathlib import Path
 
@@ -341,3 +342,13 @@ def test_the_twin_is_the_stable_run_with_remediation_else_without(tmp_path):
     assert _twin({}, rel, [None, off / rel]).last_eval == 0.40
     rel2 = Path("stable_base/seed2")
     assert _twin({}, rel2, [on / rel2, off / rel2]) is None
+    # with remediation but no action, the same evaluations: one run, whose final accuracy
+    # was measured (32 responses per prompt) on the run without remediation only
+    _finished_run(off / rel2, 0.40)
+    _finished_run(on / rel2, 0.40)
+    (off / rel2 / "checkpoints").mkdir()
+    (off / rel2 / "checkpoints" / "step_000029.pt").touch()
+    final = {"step": 29, "acc": 0.42, "samples": 32, "seed": 4321}
+    (off / rel2 / "final_eval.json").write_text(json.dumps(final))
+    twin = _twin({}, rel2, [on / rel2, off / rel2])
+    assert twin.run == "stable_base/seed2" and (twin.final_acc, twin.final_measured) == (0.42, True)
