@@ -123,15 +123,35 @@ def _run_dir_name(run: str) -> str:
     return safe[:100]
 
 
+def parse_name_map(pairs: list[str]) -> dict[str, str]:
+    """`--map THEIRS=OURS` arguments -> {theirs: ours}; a malformed one is a UserError."""
+    names: dict[str, str] = {}
+    for pair in pairs:
+        theirs, sep, ours = (part.strip() for part in pair.partition("="))
+        if not (sep and theirs and ours):
+            raise UserError(
+                f"--map {pair!r}: expected THEIRS=OURS, e.g. token_entropy=policy/entropy"
+            )
+        if theirs in names and names[theirs] != ours:
+            raise UserError(f"--map maps {theirs!r} twice ({names[theirs]!r} and {ours!r})")
+        names[theirs] = ours
+    return names
+
+
 def _write_run(
-    out: Path, rows: Rows, keep_names: bool, provenance: dict, garbage: int
+    out: Path,
+    rows: Rows,
+    keep_names: bool,
+    names: dict[str, str],
+    provenance: dict,
+    garbage: int,
 ) -> tuple[int, int, int, int, dict[str, str]]:
     """One run into a new store at `out`: (steps, values, metrics, alerts, renamed)."""
     from monitor.monitor import Monitor
 
     renamed: dict[str, str] = {}
     steps = sorted(rows)
-    mapped = {step: rows[step] if keep_names else rename(rows[step], renamed) for step in steps}
+    mapped = {step: rename(rows[step], renamed, names, peers=not keep_names) for step in steps}
     n_alerts = 0
     with Monitor(out, config=provenance) as mon:
         mon.event("import", {**provenance, "garbage": garbage, "renamed": renamed})
@@ -167,7 +187,16 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--keep-names", action="store_true", help="do not rename peers' metrics onto ours"
     )
+    parser.add_argument(
+        "--map",
+        action="append",
+        default=[],
+        metavar="THEIRS=OURS",
+        help="also map this metric name onto ours (repeatable; before the peers' names, "
+        "and kept with --keep-names), e.g. token_entropy=policy/entropy for a plain script",
+    )
     args = parser.parse_args(argv)
+    names = parse_name_map(args.map)
 
     parts = [(file, *_read(file, args.format)) for file in args.files]
     runs = merge_runs([(file, parsed) for file, _, parsed in parts], args.run)
@@ -196,7 +225,7 @@ def main(argv: list[str]) -> int:
             **({"run": name} if name else {}),
         }
         n_steps, n_values, n_names, n_alerts, got = _write_run(
-            out, rows, args.keep_names, provenance, garbage
+            out, rows, args.keep_names, names, provenance, garbage
         )
         renamed.update(got)
         print(

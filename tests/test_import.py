@@ -353,6 +353,36 @@ def test_jsonl_wandb_history_with_trl_names(tmp_path, cli, imp):
     assert "30 non-numeric field(s) ignored" in out.stderr
 
 
+def test_map_names_a_plain_scripts_metrics_before_the_peers_names(tmp_path, cli):
+    """A script of one's own logs `token_entropy`: `--map` puts it where the detectors read
+    it; a user's map wins over a peer's name (`loss`), and `--keep-names` keeps it."""
+    log = tmp_path / "metrics.jsonl"
+    rows = [
+        {"step": s, "token_entropy": 0.5 - 0.01 * s, "gradient_norm": 1.0 + s, "loss": -s}
+        for s in range(25)
+    ]
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    maps = ("--map", "token_entropy=policy/entropy", "--map", "loss = custom/loss")
+    out = cli("import", str(log), "--out", str(tmp_path / "a"), *maps)
+    assert out.returncode == 0, out.stderr
+    series = _series(tmp_path / "a")
+    assert series["policy/entropy"][10] == pytest.approx(0.4)
+    assert series["custom/loss"][3] == -3 and "optim/loss" not in series
+    assert series["gradient_norm"][2] == 3.0  # no map, no peer's name: kept
+    assert "token_entropy -> policy/entropy" in out.stdout
+    kept = cli("import", str(log), "--out", str(tmp_path / "b"), "--keep-names", maps[0], maps[1])
+    assert kept.returncode == 0, kept.stderr
+    assert set(_series(tmp_path / "b")) == {"policy/entropy", "gradient_norm", "loss"}
+    for bad, says in [
+        (["--map", "token_entropy"], "expected THEIRS=OURS"),
+        (["--map", "=policy/entropy"], "expected THEIRS=OURS"),
+        (["--map", "loss=a", "--map", "loss=b"], "maps 'loss' twice"),
+    ]:
+        refused = cli("import", str(log), "--out", str(tmp_path / "c"), *bad)
+        assert refused.returncode == 2 and says in refused.stderr, refused.stderr
+        assert "Traceback" not in refused.stderr and not (tmp_path / "c").exists()
+
+
 def test_jsonl_verl_file_logger_long_format_and_trainer_state(tmp_path, cli, imp):
     verl = tmp_path / "verl.jsonl"
     verl.write_text(

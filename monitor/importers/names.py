@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Mapping
 
 # verl (volcengine/verl) -------------------------------------------------------------------
 # verl/trainer/ppo/rollout_corr_helper.py, compute_offpolicy_metrics(): log_ratio =
@@ -270,12 +271,18 @@ def canonical_name(name: str) -> str:
     return name
 
 
-def rename(row: dict[str, float], renamed: dict[str, str]) -> dict[str, float]:
-    """Peer names -> ours. If two peer names land on one of ours, the first wins and the
+def rename(
+    row: dict[str, float],
+    renamed: dict[str, str],
+    names: Mapping[str, str] | None = None,
+    peers: bool = True,
+) -> dict[str, float]:
+    """Peer names -> ours. `names` (a user's `--map`) comes first, then the peers' names
+    above unless `peers` is off. If two names land on one of ours, the first wins and the
     other keeps its own name (nothing is dropped). `renamed` collects what was mapped."""
     out: dict[str, float] = {}
     for name, value in row.items():
-        target = canonical_name(name)
+        target = (names or {}).get(name) or (canonical_name(name) if peers else name)
         if target != name and (target in out or target in row):
             target = name
         if target != name:
