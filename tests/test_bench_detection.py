@@ -51,6 +51,40 @@ def test_labels_come_from_the_outcome_only():
     assert corpus.label_run(corpus.Run("n", "real", "tune", nan)).onset == 40
 
 
+def test_a_public_log_merges_rows_of_a_step_and_takes_its_map(tmp_path):
+    """A plain script's log (a train and a validation row for one step, names of its own)
+    is read as `minirl import --map` would read it: one row per step, mapped names first."""
+    rows = [
+        {"step": t, "split": "train", "mean_reward": 0.01 * t, "token_entropy": 0.3, "active": 1}
+        for t in range(1, 31)
+    ]
+    rows[0].update(token_entropy=0.0, active=0)  # nothing trained at step 1: not a measurement
+    rows += [{"step": t, "split": "val", "accuracy": 0.02 * t} for t in (10, 20, 30)]
+    (tmp_path / "script_run.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    names = {
+        "mean_reward": "reward/mean",
+        "token_entropy": "policy/entropy",
+        "accuracy": "eval/acc",
+    }
+    unmeasured = {"when_zero": "active", "metrics": ["token_entropy"]}
+    labels = {
+        "script_run": {
+            "source": "github.com/a/b, `m.jsonl`",
+            "map": names,
+            "unmeasured": unmeasured,
+        }
+    }
+    (tmp_path / "labels.json").write_text(json.dumps(labels))
+    [run] = corpus.real_runs(tmp_path)
+    assert [t for t, _ in run.stream] == list(range(1, 31))
+    assert run.stream[19] == (
+        20,
+        {"reward/mean": 0.2, "policy/entropy": 0.3, "active": 1.0, "eval/acc": 0.4},
+    )
+    assert run.stream[0] == (1, {"reward/mean": 0.01, "active": 0.0})
+    assert run.outcome == "reward/mean" and run.label == "stable"
+
+
 def test_scores_follow_the_written_definitions():
     run = corpus.label_run(
         corpus.Run("c", "lab", "report", _stream(120, 80, 50), cause="staleness", incident_step=50)

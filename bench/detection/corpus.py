@@ -7,8 +7,9 @@ about it. Two sources, both committed so the benchmark is reproducible without a
   from their run stores (`export_lab_run`): a header line (config, seed, the scripted
   incidents with their steps, the induced cause as a factor), then one line per step.
 - `bench/data/real/<id>.jsonl`: public per-step logs of other trainers (verl, TRL, ...),
-  names mapped as `minirl import` maps them (`monitor.importers.names.rename`); `SOURCES.md`
-  cites each.
+  names mapped as `minirl import` maps them (`monitor.importers.names.rename`, with the
+  run's `map` in `labels.json` where a plain script's names need the `--map` a user would
+  pass); `SOURCES.md` cites each.
 
 Labels come from outcomes only, by one written rule for every run: `monitor.analyze`'s
 collapse onset on the first outcome metric present (training accuracy, reward, held-out
@@ -218,7 +219,7 @@ def real_runs(folder: Path = DATA / "real") -> list[Run]:
     labels = json.loads((folder / "labels.json").read_text())
     runs = []
     for run_id, info in sorted(labels.items()):
-        stream: Stream = []
+        rows: dict[int, dict[str, float]] = {}  # rows of one step merged, as `minirl import`
         for line in (folder / f"{run_id}.jsonl").read_text().splitlines():
             if not line.strip():
                 continue
@@ -226,13 +227,19 @@ def real_runs(folder: Path = DATA / "real") -> list[Run]:
             step = obj.pop("step", None)
             if not isinstance(step, int | float):
                 continue
-            numbers = {
-                name: float(value)
+            rows.setdefault(int(step), {}).update(
+                (name, float(value))
                 for name, value in obj.items()
                 if isinstance(value, int | float) and not isinstance(value, bool)
-            }
-            stream.append((int(step), rename(numbers, {})))
-        stream.sort(key=lambda pair: pair[0])
+            )
+        unmeasured = info.get("unmeasured")  # {"when_zero": m, "metrics": [...]}: see SOURCES.md
+        if unmeasured:  # a script that logs 0 for what it did not measure (nothing trained)
+            for row in rows.values():
+                if row.get(unmeasured["when_zero"]) == 0:
+                    for name in unmeasured["metrics"]:
+                        row.pop(name, None)
+        names = info.get("map", {})  # the `minirl import --map` a user would pass
+        stream: Stream = [(step, rename(rows[step], {}, names)) for step in sorted(rows)]
         _outcome_alias(stream, info.get("outcome_metric"))
         repo = _repository(info.get("source", run_id))
         runs.append(
