@@ -47,12 +47,12 @@ if TYPE_CHECKING:
 DATA = REPO / "bench" / "data"
 TUNING_SEEDS = (0, 4)
 """Lab seeds whose runs chose the defaults; every other seed is in the report set."""
-UNSEEN_SEEDS = tuple(range(37, 101))
+UNSEEN_SEEDS = tuple(range(37, 105))
 """Report seeds first run after the last change designed on lab runs: the only lab seeds
 that nothing in the current defaults, rule or threshold, could have been fitted to. That
 change read clipping as a setting (`clip_off`, after seeds 0-36 had been scored); the drop
 rules' changes since came from a simulation and from how verifiers score, and move one
-lab alert (a critical at a run's last step). Seeds 41-100 were run after all of them.
+lab alert (a critical at a run's last step). Seeds 41-104 were run after all of them.
 (Seeds 25-36 were that for the defaults before it: 30 of 36 caught then, `detection.md`.)"""
 Stream = list[tuple[int, dict[str, float]]]
 Label = Literal["collapse", "stable", "survived"]
