@@ -17,7 +17,7 @@ from pathlib import Path
 
 from monitor.errors import UserError
 from monitor.importers import FORMATS, Parsed, guess_format, parse
-from monitor.importers.names import rename
+from monitor.importers.names import parse_name_map, rename
 from monitor.schema import STORE_FILE
 
 
@@ -121,21 +121,6 @@ def _run_dir_name(run: str) -> str:
     """A run's name as one directory name (a TensorBoard run "a/b" -> "a_b")."""
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", run).strip("._") or "run"
     return safe[:100]
-
-
-def parse_name_map(pairs: list[str]) -> dict[str, str]:
-    """`--map THEIRS=OURS` arguments -> {theirs: ours}; a malformed one is a UserError."""
-    names: dict[str, str] = {}
-    for pair in pairs:
-        theirs, sep, ours = (part.strip() for part in pair.partition("="))
-        if not (sep and theirs and ours):
-            raise UserError(
-                f"--map {pair!r}: expected THEIRS=OURS, e.g. token_entropy=policy/entropy"
-            )
-        if theirs in names and names[theirs] != ours:
-            raise UserError(f"--map maps {theirs!r} twice ({names[theirs]!r} and {ours!r})")
-        names[theirs] = ours
-    return names
 
 
 def _write_run(

@@ -249,12 +249,26 @@ def test_user_errors_are_one_line(tmp_path, capsys):
         (["watch", str(tmp_path / "x.bin"), "--out", str(tmp_path / "r2")], "cannot tell"),
         (["watch", str(tmp_path / "nodir"), "--format", "tensorboard", "--out", "r"], "no such"),
         (["watch", str(log), "--out", str(tmp_path / "r3"), "--poll", "0"], "--poll"),
+        (["watch", str(log), "--out", str(tmp_path / "r4"), "--map", "x"], "THEIRS=OURS"),
     ]
     for argv, message in cases:
         capsys.readouterr()
         assert main(argv) != 0
         err = capsys.readouterr().err
         assert message in err and "Traceback" not in err
+
+
+def test_a_plain_scripts_names_are_followed_with_map(tmp_path):
+    """`--map` names a script's own metrics, as `minirl import --map` does; the peers'
+    names (`actor/grad_norm`) are still mapped beside it."""
+    log = tmp_path / "metrics.jsonl"
+    rows = [{"step": s, "token_entropy": 0.5, "actor/grad_norm": 1.0 + s} for s in range(8)]
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    argv = ["watch", str(log), "--out", str(tmp_path / "run"), "--once"]
+    assert main([*argv, "--map", "token_entropy=policy/entropy"]) == 0
+    got = series(tmp_path / "run")
+    assert got["policy/entropy"] == {s: 0.5 for s in range(8)}
+    assert got["optim/grad_norm"][7] == 8.0 and "token_entropy" not in got
 
 
 def test_dashboard_marks_watched_runs_with_their_source(tmp_path, monkeypatch):

@@ -15,6 +15,8 @@ import functools
 import re
 from collections.abc import Mapping
 
+from monitor.errors import UserError
+
 # verl (volcengine/verl) -------------------------------------------------------------------
 # verl/trainer/ppo/rollout_corr_helper.py, compute_offpolicy_metrics(): log_ratio =
 # old_log_prob − rollout_log_prob = ℓ_t, metrics prefixed "rollout_corr/".
@@ -289,3 +291,18 @@ def rename(
             renamed[name] = target
         out[target] = value
     return out
+
+
+def parse_name_map(pairs: list[str]) -> dict[str, str]:
+    """`--map THEIRS=OURS` arguments -> {theirs: ours}; a malformed one is a UserError."""
+    names: dict[str, str] = {}
+    for pair in pairs:
+        theirs, sep, ours = (part.strip() for part in pair.partition("="))
+        if not (sep and theirs and ours):
+            raise UserError(
+                f"--map {pair!r}: expected THEIRS=OURS, e.g. token_entropy=policy/entropy"
+            )
+        if theirs in names and names[theirs] != ours:
+            raise UserError(f"--map maps {theirs!r} twice ({names[theirs]!r} and {ours!r})")
+        names[theirs] = ours
+    return names

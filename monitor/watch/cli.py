@@ -21,6 +21,7 @@ from typing import Any
 
 from monitor.errors import UserError
 from monitor.import_cli import say_counts, say_renamed
+from monitor.importers.names import parse_name_map
 from monitor.reader import RunReader
 from monitor.schema import store_path
 from monitor.watch.loop import SOURCE_KEY, STATE_KEY, Watcher
@@ -128,6 +129,7 @@ def open_watch(
     fmt: str | None = None,
     run: str | None = None,
     keep_names: bool = False,
+    names: dict[str, str] | None = None,
     **monitor_kw: Any,
 ) -> Watcher:
     """A Watcher of `source` into `out`: a new run, or the continuation of the watch of
@@ -162,7 +164,7 @@ def open_watch(
     except BaseException:
         mon.close()
         raise
-    return Watcher(mon, src, pending, keep_names)
+    return Watcher(mon, src, pending, keep_names, names=names)
 
 
 def main(argv: list[str]) -> int:
@@ -182,6 +184,13 @@ def main(argv: list[str]) -> int:
         "directory under SOURCE, for a log dir of several runs",
     )
     parser.add_argument("--keep-names", action="store_true", help="do not map peers' names")
+    parser.add_argument(
+        "--map",
+        action="append",
+        default=[],
+        metavar="THEIRS=OURS",
+        help="also map this metric name onto ours (repeatable), as `minirl import --map`",
+    )
     parser.add_argument("--once", action="store_true", help="read what is there, then exit")
     parser.add_argument("--webhook", help="POST each alert as JSON to this URL")
     parser.add_argument("--webhook-format", choices=("json", "slack"), default="json")
@@ -200,6 +209,7 @@ def main(argv: list[str]) -> int:
             args.format,
             args.run,
             args.keep_names,
+            parse_name_map(args.map),
             prometheus_port=args.prometheus_port,
             notifier=notifier,
         )

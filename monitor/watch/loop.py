@@ -15,7 +15,7 @@ watcher continues exactly there: nothing stored is read again, nothing read is l
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,8 +63,10 @@ class Watcher:
         pending: dict[int, dict[str, float]] | None = None,
         keep_names: bool = False,
         on_alert: Callable[[Alert], None] | None = None,
+        names: Mapping[str, str] | None = None,
     ) -> None:
         self.mon, self.source, self.keep_names = mon, source, keep_names
+        self.names = dict(names or {})  # a user's `--map`, before the peers' names
         self.pending: dict[int, dict[str, float]] = dict(pending or {})
         self.counts = Counts()
         self.on_alert = on_alert
@@ -123,8 +125,7 @@ class Watcher:
             with self.mon.store.transaction():
                 for step in steps[first : first + BATCH_STEPS]:
                     row = self.pending.pop(step)
-                    if not self.keep_names:
-                        row = rename(row, self.counts.renamed)
+                    row = rename(row, self.counts.renamed, self.names, not self.keep_names)
                     if last is not None and step <= last:
                         held = self._held(last) if step == last else row.keys()
                         new = {name: v for name, v in row.items() if name not in held}
