@@ -269,6 +269,12 @@ def test_a_plain_scripts_names_are_followed_with_map(tmp_path):
     got = series(tmp_path / "run")
     assert got["policy/entropy"] == {s: 0.5 for s in range(8)}
     assert got["optim/grad_norm"][7] == 8.0 and "token_entropy" not in got
+    # resumed without --map, the watch keeps its own; another map is refused
+    with log.open("a") as more:
+        more.write(json.dumps({"step": 8, "token_entropy": 0.4}) + "\n")
+    assert main(argv) == 0
+    assert series(tmp_path / "run")["policy/entropy"][8] == 0.4
+    assert main([*argv, "--map", "token_entropy=other"]) == 2
 
 
 def test_dashboard_marks_watched_runs_with_their_source(tmp_path, monkeypatch):

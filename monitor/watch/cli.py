@@ -158,6 +158,10 @@ def open_watch(
         state = mon.store.meta_json(STATE_KEY) or {}
         pending = {int(k): v for k, v in state.get("pending", {}).items()}
         src = make_source(fmt, source, run, state.get("source"))
+        kept = state.get("names") or {}  # the `--map` this watch was started with
+        if names and kept and names != kept:
+            raise UserError(f"{out} is a watch with --map {kept}; resume it with that map or none")
+        names = names or kept
         if not existing:
             with mon.store.transaction():
                 mon.store.set_meta(SOURCE_KEY, wanted)

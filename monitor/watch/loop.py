@@ -74,7 +74,7 @@ class Watcher:
 
     def state(self) -> dict[str, Any]:
         pending = {str(step): row for step, row in sorted(self.pending.items())}
-        return {"source": self.source.state(), "pending": pending}
+        return {"source": self.source.state(), "pending": pending, "names": self.names}
 
     def poll(self, final: bool = False) -> int:
         """Read what is new, store the steps that are whole; returns the steps stored."""
