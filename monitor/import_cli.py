@@ -17,7 +17,7 @@ from pathlib import Path
 
 from monitor.errors import UserError
 from monitor.importers import FORMATS, Parsed, guess_format, parse
-from monitor.importers.names import parse_name_map, rename
+from monitor.importers.names import add_map_option, parse_name_map, rename
 from monitor.schema import STORE_FILE
 
 
@@ -172,14 +172,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--keep-names", action="store_true", help="do not rename peers' metrics onto ours"
     )
-    parser.add_argument(
-        "--map",
-        action="append",
-        default=[],
-        metavar="THEIRS=OURS",
-        help="also map this metric name onto ours (repeatable; before the peers' names, "
-        "and kept with --keep-names), e.g. token_entropy=policy/entropy for a plain script",
-    )
+    add_map_option(parser)
     args = parser.parse_args(argv)
     names = parse_name_map(args.map)
 

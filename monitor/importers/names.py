@@ -11,6 +11,7 @@ This module deliberately does not rescale or transform values: a mapping is a re
 
 from __future__ import annotations
 
+import argparse
 import functools
 import re
 from collections.abc import Mapping
@@ -282,15 +283,31 @@ def rename(
     """Peer names -> ours. `names` (a user's `--map`) comes first, then the peers' names
     above unless `peers` is off. If two names land on one of ours, the first wins and the
     other keeps its own name (nothing is dropped). `renamed` collects what was mapped."""
+    if not names and not peers:
+        return row
+    names = names or {}
     out: dict[str, float] = {}
     for name, value in row.items():
-        target = (names or {}).get(name) or (canonical_name(name) if peers else name)
+        target = names.get(name) or (canonical_name(name) if peers else name)
         if target != name and (target in out or target in row):
             target = name
         if target != name:
             renamed[name] = target
         out[target] = value
     return out
+
+
+def add_map_option(parser: argparse.ArgumentParser) -> None:
+    """The `--map THEIRS=OURS` option (repeatable) of `minirl import` and `minirl watch`:
+    the list it collects is for `parse_name_map`."""
+    parser.add_argument(
+        "--map",
+        action="append",
+        default=[],
+        metavar="THEIRS=OURS",
+        help="also map this metric name onto ours (repeatable; before the peers' names, "
+        "and kept with --keep-names), e.g. token_entropy=policy/entropy for a plain script",
+    )
 
 
 def parse_name_map(pairs: list[str]) -> dict[str, str]:

@@ -21,7 +21,7 @@ from typing import Any
 
 from monitor.errors import UserError
 from monitor.import_cli import say_counts, say_renamed
-from monitor.importers.names import parse_name_map
+from monitor.importers.names import add_map_option, parse_name_map
 from monitor.reader import RunReader
 from monitor.schema import store_path
 from monitor.watch.loop import SOURCE_KEY, STATE_KEY, Watcher
@@ -188,13 +188,7 @@ def main(argv: list[str]) -> int:
         "directory under SOURCE, for a log dir of several runs",
     )
     parser.add_argument("--keep-names", action="store_true", help="do not map peers' names")
-    parser.add_argument(
-        "--map",
-        action="append",
-        default=[],
-        metavar="THEIRS=OURS",
-        help="also map this metric name onto ours (repeatable), as `minirl import --map`",
-    )
+    add_map_option(parser)
     parser.add_argument("--once", action="store_true", help="read what is there, then exit")
     parser.add_argument("--webhook", help="POST each alert as JSON to this URL")
     parser.add_argument("--webhook-format", choices=("json", "slack"), default="json")
