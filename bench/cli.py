@@ -20,6 +20,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "bench.remediation_noise",
         "how far apart runs end when only chance separates them (forks)",
     ),
+    "remediation-pool": (
+        "bench.remediation_pool",
+        "remediation tables pooled, beside the bound no policy beats",
+    ),
     "speed": ("bench.speed.cli", "diagnostics overhead, TRL comparison, engines, store"),
     "vllm": ("bench.engines", "vLLM vs PyTorch engine: rollout speed and mismatch"),
     "store": ("bench.store", "run store write throughput and 100k-step load time"),

@@ -386,3 +386,45 @@ def test_the_twin_is_the_stable_run_with_remediation_else_without(tmp_path):
     (off / rel2 / "final_eval.json").write_text(json.dumps(final))
     twin = _twin({}, rel2, [on / rel2, off / rel2])
     assert twin.run == "stable_base/seed2" and (twin.final_acc, twin.final_measured) == (0.42, True)
+
+
+def test_remediation_tables_pool_with_the_bound_of_the_incident_undone(tmp_path):
+    """Two tables written by the benchmark's own writer pool into per-config verdicts; the
+    'incident undone' column judges the stable twin as a remediation would be judged; a
+    pair in two tables and a file that is not a table are one message each."""
+    from bench import remediation, remediation_pool
+
+    def arm(collapsed, final, actions=()):
+        return Arm("r", collapsed, 50 if collapsed else None, final, 0.6, actions=list(actions))
+
+    act = [
+        {"step": 40, "proposed": 40, "kind": "set_rollout_quant", "params": {}}
+        | {"status": "applied", "detail": "", "reason": "precision dropped"}
+    ]
+    first = [  # the twin ends 0.40, the run without remediation 0.50: undoing it loses
+        judge(Pair("fp4_no_is", 1, False, arm(False, 0.50), arm(False, 0.43, act), 0.40)),
+        judge(Pair("stale8x", 1, False, arm(True, 0.0), arm(False, 0.52, act), 0.55)),
+        judge(Pair("stable_base", 1, True, arm(False, 0.55), arm(False, 0.55), 0.55)),
+    ]
+    second = [
+        judge(Pair("fp4_no_is", 2, False, arm(False, 0.40), arm(False, 0.47, act), 0.48)),
+        judge(Pair("stable_base", 2, True, arm(False, 0.50), arm(False, 0.50, act), 0.50)),
+    ]
+    remediation.write(first, "first", tmp_path / "a.md")
+    remediation.write(second, "second", tmp_path / "b.md")
+    rows = remediation_pool.load([tmp_path / "a.json", tmp_path / "b.json"])
+    fp4 = remediation_pool.summarise([r for r in rows if r["config"] == "fp4_no_is"])
+    assert (fp4["pairs"], fp4["worse"], fp4["twin_worse"], fp4["incident_pairs"]) == (2, 1, 1, 2)
+    assert fp4["gap_mean"] == pytest.approx(0.0)  # -7 and +7 points
+    out = tmp_path / "pooled.md"
+    remediation_pool.write(rows, (3, 10), "pool", out)
+    pooled = json.loads(out.with_suffix(".json").read_text())
+    assert (pooled["all"]["collapsing"], pooled["all"]["rescued"]) == (1, 1)
+    assert pooled["all"]["twin_worse"] == 1 and pooled["all"]["incident_pairs"] == 3
+    assert pooled["stable_runs_with_an_action"] == 1 and pooled["stable_runs"] == 2
+    assert "| **all** | 5 | 1 | 1/1 | 1/1 | 1/5 |" in out.read_text()
+    with pytest.raises(UserError, match="disjoint"):
+        remediation_pool.load([tmp_path / "a.json", tmp_path / "a.json"])
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(UserError, match="not a `minirl bench remediation` table"):
+        remediation_pool.load([tmp_path / "bad.json"])
