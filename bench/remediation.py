@@ -170,6 +170,13 @@ def _verdicts(
     return rescued, worse
 
 
+def undone_is_worse(off: float | None, twin: float | None) -> bool | None:
+    """Would undoing the incident entirely, its stable twin, be judged worse than the run
+    without remediation? Such a pair is one no policy can be sure not to lose (None where
+    either accuracy is unknown)."""
+    return None if off is None or twin is None else twin < off - TOLERANCE
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="minirl bench remediation", description=__doc__.split("\n")[0])
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
@@ -288,6 +295,7 @@ def write(pairs: list[Pair], command: str, out: Path) -> None:
     collapsing = [p for p in incident if p.collapses_without]
     stable = [p for p in pairs if p.stable]
     quiet = [p for p in stable if not p.on.actions]
+    undone_worse = [undone_is_worse(p.off.final_acc, p.twin_final) for p in incident]
     lines = [
         "# Remediation benchmark: runs with automatic remediation off and on, in pairs",
         "",
@@ -307,6 +315,10 @@ def write(pairs: list[Pair], command: str, out: Path) -> None:
         "| ≥ 2/3 |",
         f"| pairs where remediation did worse | "
         f"{sum(p.worse_with_remediation for p in pairs)}/{len(pairs)} | 0 |",
+        f"| incident pairs on which undoing the incident (its stable twin) would be worse "
+        f"| {sum(undone is True for undone in undone_worse)}/"
+        f"{sum(undone is not None for undone in undone_worse)} "
+        "| (not a goal: pairs no policy can be sure not to lose) |",
         f"| stable runs without any automatic action | {len(quiet)}/{len(stable)} | ≥ 90 % |",
         f"| the same two verdicts by the runs' last evaluations | rescued "
         f"{sum(p.rescued_by_last_eval for p in collapsing)}/{len(collapsing)}, worse "

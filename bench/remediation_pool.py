@@ -22,7 +22,7 @@ import statistics
 from pathlib import Path
 
 from bench import RESULTS
-from bench.remediation import TOLERANCE
+from bench.remediation import TOLERANCE, undone_is_worse
 from monitor.errors import UserError
 
 FIELDS = (
@@ -100,7 +100,9 @@ def summarise(rows: list[dict]) -> dict:
         "gap_mean": statistics.fmean(gaps) if gaps else None,
         "gap_sd": statistics.stdev(gaps) if len(gaps) > 1 else None,
         "incident_pairs": len(twinned),
-        "twin_worse": sum(r["twin_final_acc"] < r["final_acc_off"] - TOLERANCE for r in twinned),
+        "twin_worse": sum(
+            bool(undone_is_worse(r["final_acc_off"], r["twin_final_acc"])) for r in twinned
+        ),
         "pi_pairs": len(pi),
         "pi_worse": sum(r["final_pi_on"] < r["final_pi_off"] - TOLERANCE for r in pi),
     }

@@ -412,6 +412,8 @@ def test_remediation_tables_pool_with_the_bound_of_the_incident_undone(tmp_path)
     ]
     remediation.write(first, "first", tmp_path / "a.md")
     remediation.write(second, "second", tmp_path / "b.md")
+    undone = "| incident pairs on which undoing the incident (its stable twin) would be worse |"
+    assert f"{undone} 1/2 |" in (tmp_path / "a.md").read_text()
     rows = remediation_pool.load([tmp_path / "a.json", tmp_path / "b.json"])
     fp4 = remediation_pool.summarise([r for r in rows if r["config"] == "fp4_no_is"])
     assert (fp4["pairs"], fp4["worse"], fp4["twin_worse"], fp4["incident_pairs"]) == (2, 1, 1, 2)
