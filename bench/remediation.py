@@ -23,6 +23,8 @@ and every action with its outcome. *Rescued*: it collapses without, not with, an
 within 5 points of its stable twin (same seed, remediation on). *Worse*: remediation's
 final accuracy more than 5 points below the run without it, or a collapse only with it.
 Per stable run with remediation on: its automatic actions and the accuracy it cost.
+Beside the verdicts, the incident pairs on which undoing the incident entirely (the stable
+twin) would itself be judged worse: pairs no policy can be sure not to lose.
 Beside μ's accuracy, π's (the trained weights in fp32, at each checkpoint the run kept,
 cached in the run directory): the verdicts read μ, as they did before π was measured.
 Writes bench/results/remediation.md and remediation.json.
