@@ -22,7 +22,7 @@ import statistics
 from pathlib import Path
 
 from bench import RESULTS
-from bench.remediation import TOLERANCE, undone_is_worse
+from bench.remediation_verdicts import TOLERANCE, undone_is_worse
 from monitor.errors import UserError
 
 FIELDS = (

@@ -16,7 +16,8 @@ import pytest
 
 from bench.detection import corpus, monitors
 from bench.detection.score import LEAD_GOAL, RunScore, score_run, summarise
-from bench.remediation import Arm, Pair, judge, read_arm
+from bench.remediation import read_arm
+from bench.remediation_verdicts import Arm, Pair, judge
 from monitor import Monitor, RunReader
 from monitor.detectors.config import CLIP_ON
 from monitor.errors import UserError
