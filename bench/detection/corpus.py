@@ -38,6 +38,7 @@ from bench import REPO
 from monitor.analyze import OUTCOME_METRICS, find_onset
 from monitor.config import MonitorConfig
 from monitor.detectors.config import CLIP_ON, MINI_BATCHES
+from monitor.importers import parse
 from monitor.importers.names import canonical_name, rename
 from monitor.reader import RunReader
 
@@ -219,19 +220,7 @@ def real_runs(folder: Path = DATA / "real") -> list[Run]:
     labels = json.loads((folder / "labels.json").read_text())
     runs = []
     for run_id, info in sorted(labels.items()):
-        rows: dict[int, dict[str, float]] = {}  # rows of one step merged, as `minirl import`
-        for line in (folder / f"{run_id}.jsonl").read_text().splitlines():
-            if not line.strip():
-                continue
-            obj = json.loads(line)
-            step = obj.pop("step", None)
-            if not isinstance(step, int | float):
-                continue
-            rows.setdefault(int(step), {}).update(
-                (name, float(value))
-                for name, value in obj.items()
-                if isinstance(value, int | float) and not isinstance(value, bool)
-            )
+        rows = parse(folder / f"{run_id}.jsonl", "jsonl").rows  # as `minirl import` reads it
         unmeasured = info.get("unmeasured")  # {"when_zero": m, "metrics": [...]}: see SOURCES.md
         if unmeasured:  # a script that logs 0 for what it did not measure (nothing trained)
             for row in rows.values():
