@@ -88,7 +88,7 @@ def summarise(rows: list[dict]) -> dict:
     incident = [r for r in rows if not r["config"].startswith("stable")]
     known = [r for r in rows if r["final_acc_on"] is not None and r["final_acc_off"] is not None]
     gaps = [r["final_acc_on"] - r["final_acc_off"] for r in known]
-    twinned = [r for r in incident if None not in (r["twin_final_acc"], r["final_acc_off"])]
+    undone = [undone_is_worse(r["final_acc_off"], r["twin_final_acc"]) for r in incident]
     pi = [r for r in rows if None not in (r["final_pi_on"], r["final_pi_off"])]
     return {
         "pairs": len(rows),
@@ -99,10 +99,8 @@ def summarise(rows: list[dict]) -> dict:
         "worse": sum(r["worse_with_remediation"] for r in rows),
         "gap_mean": statistics.fmean(gaps) if gaps else None,
         "gap_sd": statistics.stdev(gaps) if len(gaps) > 1 else None,
-        "incident_pairs": len(twinned),
-        "twin_worse": sum(
-            bool(undone_is_worse(r["final_acc_off"], r["twin_final_acc"])) for r in twinned
-        ),
+        "incident_pairs": sum(u is not None for u in undone),
+        "twin_worse": sum(u is True for u in undone),
         "pi_pairs": len(pi),
         "pi_worse": sum(r["final_pi_on"] < r["final_pi_off"] - TOLERANCE for r in pi),
     }
