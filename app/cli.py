@@ -19,15 +19,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("app.demo", "short live training run plus the dashboard"),
     "train": ("trainer.train", "run training from a YAML config"),
     "dashboard": ("dashboard.serve", "serve the Streamlit dashboard over a folder of runs"),
-    "analyze": ("monitor.analyze_cli", "post-hoc analysis of a run (collapse onset, precursors)"),
-    "export": ("monitor.export_cli", "every recorded scalar as step,name,value rows"),
-    "repair": ("monitor.repair_cli", "salvage a damaged run store into a new run"),
+    "analyze": ("monitor.cli.analyze", "post-hoc analysis of a run (collapse onset, precursors)"),
+    "export": ("monitor.cli.export", "every recorded scalar as step,name,value rows"),
+    "repair": ("monitor.cli.repair", "salvage a damaged run store into a new run"),
     "import": (
-        "monitor.import_cli",
+        "monitor.cli.import_logs",
         "import a foreign log (JSONL, CSV, TensorBoard, console...) as a run",
     ),
     "watch": ("monitor.watch.cli", "follow a live TensorBoard/JSONL/MLflow/W&B log as a run"),
-    "prometheus-rules": ("monitor.rules_cli", "print the Prometheus alert rules (YAML)"),
+    "prometheus-rules": ("monitor.cli.rules", "print the Prometheus alert rules (YAML)"),
     "build-model": ("trainer.models.build_cli", "build a tiny local checkpoint + tokenizer"),
     "bench": ("bench.cli", "benchmarks and the stability lab"),
 }
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(_install_hint(name, missing), file=sys.stderr)
         return 2
-    from monitor.errors import run_command
+    from core.errors import run_command
 
     def command() -> int:
         try:

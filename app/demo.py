@@ -18,9 +18,9 @@ import dataclasses
 import time
 from pathlib import Path
 
+from core.errors import UserError
+from core.typed_config import add_set_option
 from monitor import RunReader
-from monitor.errors import UserError
-from monitor.typed_config import add_set_option
 from trainer.config import RunConfig, load_config
 
 DEMO_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "demo.yaml"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 
-from monitor.errors import UserError
+from core.errors import UserError
 
 # name -> (module, one-line help)
 BENCHMARKS: dict[str, tuple[str, str]] = {

@@ -16,7 +16,7 @@ import json
 import tempfile
 import time
 
-from monitor.typed_config import add_set_option
+from core.typed_config import add_set_option
 
 
 def main(argv: list[str]) -> int:

@@ -35,9 +35,9 @@ import numpy as np
 from bench import REPO, RESULTS
 from bench.browser import chromium_available, chromium_page, page_text, wait_until
 from bench.synthetic_run import NAMES, build_long, live_writer
+from core.errors import UserError
 from dashboard.serve import dashboard_url, start_dashboard, wait_until_ready
 from monitor import RunReader
-from monitor.errors import UserError
 
 LAST_STEP = re.compile(r"last step (\d+)")
 SHOWS = "text => document.body.innerText.includes(text)"

@@ -27,7 +27,7 @@ import statistics
 import time
 from pathlib import Path
 
-from monitor.typed_config import add_set_option
+from core.typed_config import add_set_option
 
 # (label, backend, inference_dtype, weight_quant, torch threads: None = --threads)
 VARIANTS = [

@@ -43,9 +43,9 @@ from bench import RESULTS
 from bench.detection import corpus, lab
 from bench.lab import final_eval, policy_eval
 from bench.remediation_verdicts import TOLERANCE, Arm, Pair, judge, undone_is_worse
+from core.errors import UserError
 from monitor.config import MonitorConfig
-from monitor.errors import UserError
-from monitor.reader import RunReader
+from monitor.store.reader import RunReader
 
 TWINS = {"is_off": "stable_fp4", "r3_off": "stable_4x_r3"}
 """Each incident config's stable twin (the others': stable_base)."""

@@ -28,7 +28,7 @@ from bench import RESULTS
 from bench.detection import lab
 from bench.lab import final_eval
 from bench.remediation_verdicts import TOLERANCE
-from monitor.errors import UserError
+from core.errors import UserError
 
 FORK_SEED = 1000
 """A fork of seed k continues with seed k + FORK_SEED."""

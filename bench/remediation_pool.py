@@ -23,7 +23,7 @@ from pathlib import Path
 
 from bench import RESULTS
 from bench.remediation_verdicts import TOLERANCE, undone_is_worse
-from monitor.errors import UserError
+from core.errors import UserError
 
 FIELDS = (
     "config", "seed", "collapses_without", "rescued", "worse_with_remediation",

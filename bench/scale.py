@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from monitor.errors import UserError
+from core.errors import UserError
 
 CONFIG = "configs/demo_2proc.yaml"
 STEP_METRICS = ("perf/step_s", "perf/train_s", "perf/rollout_s", "perf/tokens_per_s")

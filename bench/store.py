@@ -25,7 +25,7 @@ import numpy as np
 from bench import RESULTS
 from monitor import Monitor, RunReader, list_runs
 from monitor.config import DetectorsConfig
-from monitor.store import RunStore
+from monitor.store.run_store import RunStore
 
 _RULES = [getattr(DetectorsConfig(), f) for f in DetectorsConfig.__dataclass_fields__]
 CANONICAL = sorted({r.metric for r in _RULES if isinstance(getattr(r, "metric", None), str)})

@@ -19,9 +19,9 @@ import numpy as np
 
 from monitor import Monitor
 from monitor.config import MonitorConfig
-from monitor.histograms import bin_values, spec_for
-from monitor.records import AlertDraft
-from monitor.store import RunStore
+from monitor.store.histograms import bin_values, spec_for
+from monitor.store.records import AlertDraft
+from monitor.store.run_store import RunStore
 
 # (level before the breakdown, level after): plausible values for a tiny model at small scale
 LEVELS: dict[str, tuple[float, float]] = {

@@ -5,7 +5,7 @@ actions above, and the run's induced incidents and rollbacks on top, over the wh
 tables give the evidence (metric, value, baseline, window), message and remedy of each
 alert, the status, reason and outcome of each action (the audit trail), and the
 incidents (scripted on purpose, labelled as induced) and rollbacks with their checks.
-The operator can request any remediation kind (monitor/actions.py), rollback and stop
+The operator can request any remediation kind (monitor/remediation/actions.py), rollback and stop
 included: the request is written with `monitor.request_action` as a pending row, and the
 trainer applies or rejects it at its next step boundary, which shows up here as its
 status.
@@ -20,6 +20,7 @@ from typing import Any
 
 import streamlit as st
 
+from core.errors import UserError
 from dashboard import charts
 from dashboard.data import RunEntry, fingerprint, load_records, summarize
 from dashboard.marks import action_marks, incident_marks, rollback_marks
@@ -30,10 +31,9 @@ from dashboard.ui import (
     settings,
 )
 from monitor import RunReader, request_action
-from monitor.actions import IS_POLICIES, KINDS, ROUTING_MODES, WEIGHT_QUANTS
-from monitor.errors import UserError
-from monitor.event_text import event_text, number_text, params_text
-from monitor.records import Action, Alert, Event
+from monitor.analysis.event_text import event_text, number_text, params_text
+from monitor.remediation.actions import IS_POLICIES, KINDS, ROUTING_MODES, WEIGHT_QUANTS
+from monitor.store.records import Action, Alert, Event
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The Analysis page: a run taken apart, several runs side by side, a foreign log imported.
 
-1. Collapse analysis: `monitor.analyze.analyze_run` (its definitions of outcome, onset,
+1. Collapse analysis: `monitor.analysis.analyze.analyze_run` (its definitions of outcome, onset,
    precursor and first broken factor are the monitor's, not re-derived here), shown as
    the outcome curve with peak and onset, precursors ranked by lead, and the first
    precursors' own curves.
@@ -25,15 +25,15 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
+from core.errors import UserError
 from dashboard import charts
 from dashboard.data import RunEntry, fingerprint, load_records, load_series
 from dashboard.downsample import minmax_downsample
 from dashboard.settings import MAX_POINTS
 from dashboard.ui import guard, links, operator_permission, pick_run, runs_or_stop, settings
-from monitor.analyze import analyze_run
-from monitor.errors import UserError
+from monitor.analysis.analyze import analyze_run
 from monitor.importers import FORMATS
-from monitor.schema import STORE_FILE, runs_below
+from monitor.store.schema import STORE_FILE, runs_below
 
 N_PRECURSOR_CHARTS = 4
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -180,7 +180,7 @@ def _import_tab() -> None:
 
 def _run_import(filename: str, data: bytes, fmt: str, out: Path) -> tuple[bool, str]:
     """Write the upload to a temp file and run the monitor's importer on it."""
-    from monitor.import_cli import main as import_main
+    from monitor.cli.import_logs import main as import_main
 
     with tempfile.TemporaryDirectory(prefix="minirl-import-") as tmp:
         # the browser's file name made safe as one file name (its suffix tells the format)

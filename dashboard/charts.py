@@ -34,7 +34,7 @@ from dashboard.overlays import (
     mark_traces,
     overlays,
 )
-from monitor.records import FACTORS
+from monitor.store.records import FACTORS
 
 FACTOR_COLORS = {
     "train_inference": "#1f77b4",

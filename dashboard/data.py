@@ -6,7 +6,7 @@ fingerprint (last step, last write, alert and pending-action counts), so a refre
 re-reads only when the run moved, and a finished run is read once. Distributions of long
 runs are read every k-th step (about four rows per heat-map column). A corrupt or
 half-created store raises `UserError`; the pages show its message. Analysis reads the
-full series itself (monitor.analyze); nothing here feeds numbers back into a store.
+full series itself (monitor.analysis.analyze); nothing here feeds numbers back into a store.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from pathlib import Path
 import numpy as np
 import streamlit as st
 
+from core.errors import UserError
 from dashboard.downsample import bucket_columns, minmax_downsample
 from monitor import RunReader, RunSummary, list_runs
-from monitor.errors import UserError
-from monitor.records import Action, Alert, Event, RunMeta
+from monitor.store.records import Action, Alert, Event, RunMeta
 
 Fingerprint = tuple
 ROUTING_LAYER = re.compile(r"^routing/(?P<base>[^/]+)/layer(?P<layer>\d+)$")

@@ -21,8 +21,8 @@ import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from monitor.event_text import params_text
-from monitor.records import SEVERITIES, Action, Alert, Event, severity_rank
+from monitor.analysis.event_text import params_text
+from monitor.store.records import SEVERITIES, Action, Alert, Event, severity_rank
 
 BOUNDARY = 0.5
 """Offset of a step-boundary change (action, rollback, incident) from its logged step."""

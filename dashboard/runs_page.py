@@ -13,10 +13,10 @@ import math
 
 import streamlit as st
 
+from core.errors import UserError
 from dashboard.data import RunEntry, fingerprint, last_values, load_records, source_label
 from dashboard.marks import health
 from dashboard.ui import HEALTH_BADGE, STATUS_BADGE, guard, links, runs_or_stop, settings
-from monitor.errors import UserError
 
 OUTCOME = ("reward/mean", "reward/acc", "eval/acc")
 

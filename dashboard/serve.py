@@ -24,6 +24,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from core.errors import UserError
 from dashboard.settings import (
     DEFAULT_HOST,
     DEFAULT_PORT,
@@ -33,7 +34,6 @@ from dashboard.settings import (
     ENV_TOKEN,
     is_loopback,
 )
-from monitor.errors import UserError
 
 APP = Path(__file__).resolve().parent / "app.py"
 ROOT = APP.parents[1]

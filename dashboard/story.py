@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dashboard.marks import BOUNDARY, episode_groups
-from monitor.event_text import held_back_text, params_text
-from monitor.records import Action, Alert, Event
+from monitor.analysis.event_text import held_back_text, params_text
+from monitor.store.records import Action, Alert, Event
 
 
 def _boundary(step: int | None) -> str:

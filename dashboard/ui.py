@@ -15,9 +15,9 @@ from typing import ParamSpec
 
 import streamlit as st
 
+from core.errors import UserError
 from dashboard.data import RunEntry, find_runs
 from dashboard.settings import Settings, is_loopback, settings_from_env, write_permission
-from monitor.errors import UserError
 
 # plain symbols (no emoji): they render with the fonts of a bare Debian too
 STATUS_BADGE = {"live": "● live", "finished": "○ finished", "crashed": "✕ crashed"}

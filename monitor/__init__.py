@@ -5,12 +5,12 @@ Imports neither torch nor our other packages, so any trainer can use it:
     from monitor import Monitor, RunReader
 """
 
+from core.errors import UserError
 from monitor.config import MonitorConfig
-from monitor.errors import UserError
 from monitor.monitor import Monitor
-from monitor.reader import RunReader, list_runs
-from monitor.records import Action, Alert, AlertDraft, Cleared, Event, RunMeta, RunSummary
-from monitor.store import RunStore, request_action
+from monitor.store.reader import RunReader, list_runs
+from monitor.store.records import Action, Alert, AlertDraft, Cleared, Event, RunMeta, RunSummary
+from monitor.store.run_store import RunStore, request_action
 
 __all__ = [
     "Action",

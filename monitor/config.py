@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from core.typed_config import from_data
 from monitor.detectors.config import DetectorsConfig
-from monitor.records import Severity
-from monitor.typed_config import from_data
+from monitor.store.records import Severity
 
 # ---------------------------------------------------------------------------- store
 

@@ -26,16 +26,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from monitor.actions import apply_to_controls
+from core.errors import UserError
 from monitor.config import MonitorConfig
 from monitor.detectors import DetectorSet
 from monitor.detectors.config import SETTINGS
-from monitor.errors import UserError
-from monitor.histograms import bin_values, spec_for
-from monitor.records import Action, Alert, Cleared, Event
-from monitor.remediation import RemediationPolicy
-from monitor.schema import MAX_STEP, name_problem
-from monitor.store import RunStore
+from monitor.remediation.actions import apply_to_controls
+from monitor.remediation.policy import RemediationPolicy
+from monitor.store.histograms import bin_values, spec_for
+from monitor.store.records import Action, Alert, Cleared, Event
+from monitor.store.run_store import RunStore
+from monitor.store.schema import MAX_STEP, name_problem
 
 log = logging.getLogger("minirl.monitor")
 
@@ -354,9 +354,9 @@ class Monitor:
 
 
 def _prometheus_exporter(run_name: str, port: int) -> Exporter:
-    """The Prometheus exporter of monitor/prometheus.py (imported only when asked for)."""
+    """The Prometheus exporter of monitor/alerting/prometheus.py (imported only when asked for)."""
     try:
-        from monitor.prometheus import PrometheusExporter
+        from monitor.alerting.prometheus import PrometheusExporter
     except ImportError as err:
         raise UserError(f"the Prometheus exporter is not available: {err}") from None
     return PrometheusExporter(run=run_name, port=port)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from monitor.records import Alert
+from monitor.store.records import Alert
 
 
 def make_alert(**fields: Any) -> Alert:

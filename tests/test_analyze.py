@@ -14,7 +14,7 @@ from stream_factory import IS_OFF, kl_jump
 from torchless_cli import run_cli
 
 from bench.browser import chromium_available, chromium_page, wait_until
-from monitor.analyze import analyze_run, find_onset, moved_at, running_median
+from monitor.analysis.analyze import analyze_run, find_onset, moved_at, running_median
 from monitor.config import MonitorConfig
 from monitor.monitor import Monitor
 
@@ -240,7 +240,7 @@ def test_cli_bad_run_is_one_clear_line(tmp_path):
     assert "no run store" in out.stderr and "Traceback" not in out.stderr
     fake = tmp_path / "fake"
     fake.mkdir()
-    from monitor.store import store_path
+    from monitor.store.run_store import store_path
 
     store_path(fake).write_bytes(b"this is not a database at all" * 100)
     out = run_cli("analyze", str(fake))
@@ -259,7 +259,7 @@ def test_cli_unknown_outcome_metric(collapsed_run):
     reason="chromium or playwright missing: apt-get install -y chromium; the dev extra",
 )
 def test_html_report_renders_offline_in_a_real_browser(collapsed_run, tmp_path):
-    from monitor.analyze_report import render_html
+    from monitor.analysis.report import render_html
 
     report = tmp_path / "report.html"
     report.write_text(render_html(analyze_run(str(collapsed_run))))

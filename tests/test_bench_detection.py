@@ -18,9 +18,9 @@ from bench.detection import corpus, monitors
 from bench.detection.score import LEAD_GOAL, RunScore, score_run, summarise
 from bench.remediation import read_arm
 from bench.remediation_verdicts import Arm, Pair, judge
+from core.errors import UserError
 from monitor import Monitor, RunReader
 from monitor.detectors.config import CLIP_ON
-from monitor.errors import UserError
 
 
 def _stream(n: int, collapse_at: int | None, shift_at: int | None, seed: int = 0):

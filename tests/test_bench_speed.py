@@ -15,7 +15,7 @@ import pytest
 from bench.speed import cli as speed
 from bench.speed.stats import median_ci, median_ratio_ci
 from bench.speed.vs_trl import TRL_VENV
-from monitor.errors import UserError
+from core.errors import UserError
 from trainer.config import dump_config
 
 

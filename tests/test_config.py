@@ -15,8 +15,8 @@ from typing import Literal
 import pytest
 
 from app import cli
-from monitor.errors import UserError
-from monitor.typed_config import config_hash, from_data, yaml_dump, yaml_load
+from core.errors import UserError
+from core.typed_config import config_hash, from_data, yaml_dump, yaml_load
 from trainer.config import RunConfig, TrainConfig, config_to_dict, dump_config, load_config
 from trainer.tasks import TaskConfig
 
@@ -194,7 +194,7 @@ def test_config_hash_is_stable_and_sensitive():
     a = RunConfig()
     assert config_hash(a) == config_hash(RunConfig())
     assert config_hash(a) != config_hash(dataclasses.replace(a, seed=1))
-    code = "from trainer.tasks import TaskConfig; from monitor.typed_config import config_hash;"
+    code = "from trainer.tasks import TaskConfig; from core.typed_config import config_hash;"
     out = subprocess.run(
         [sys.executable, "-c", code + "print(config_hash(TaskConfig()))"],
         capture_output=True,

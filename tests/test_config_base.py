@@ -2,7 +2,7 @@
 
 import pytest
 
-from monitor.errors import UserError
+from core.errors import UserError
 from trainer.config import load_config
 
 

@@ -9,9 +9,9 @@ import textwrap
 
 import pytest
 
+from core.errors import UserError
+from core.typed_config import from_data, parse_overrides, read_yaml_mapping, yaml_load
 from monitor.config import MonitorConfig
-from monitor.errors import UserError
-from monitor.typed_config import from_data, parse_overrides, read_yaml_mapping, yaml_load
 
 
 def _load_monitor_yaml(tmp_path, text: str) -> MonitorConfig:

@@ -441,7 +441,7 @@ def test_actions_with_token_when_exposed(runs: Path, monkeypatch: pytest.MonkeyP
 
 
 def test_analysis_page_shows_onset_precursors_and_first_factor(runs: Path):
-    from monitor.analyze import analyze_run
+    from monitor.analysis.analyze import analyze_run
 
     write_run(runs, "crash", 120, collapse_at=80)
     expected = analyze_run(str(runs / "crash"))
@@ -498,8 +498,8 @@ def test_import_of_a_foreign_log_creates_a_run(runs: Path, monkeypatch: pytest.M
 def test_long_distributions_are_read_every_kth_step(tmp_path: Path):
     from dashboard.data import histogram_stride, load_histograms
     from monitor.config import MonitorConfig
-    from monitor.histograms import bin_values, spec_for
-    from monitor.store import RunStore
+    from monitor.store.histograms import bin_values, spec_for
+    from monitor.store.run_store import RunStore
 
     assert histogram_stride(99_999, 300) == 83 and histogram_stride(1_000, 300) is None
     spec = spec_for("log_rho", MonitorConfig().histograms)

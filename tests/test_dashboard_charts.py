@@ -20,7 +20,7 @@ from dashboard.downsample import bucket_columns, minmax_downsample
 from dashboard.marks import Mark, Span, action_marks, incident_marks, rollback_marks
 from dashboard.overlays import SPAN_COLORS
 from dashboard.settings import is_loopback, settings_from_env, write_permission
-from monitor.records import Action, Event
+from monitor.store.records import Action, Event
 
 # ----------------------------------------------------------------------------- thinning
 

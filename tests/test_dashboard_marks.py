@@ -23,7 +23,7 @@ from dashboard.marks import Span
 from dashboard.overlays import ACTION_COLORS, INCIDENT_COLOR, ROLLBACK_COLOR
 from dashboard.story import story
 from monitor import Monitor, RunReader
-from monitor.records import Action, Event
+from monitor.store.records import Action, Event
 
 
 def alert(step, cleared=None, severity="warning", factor="train_inference", aid=1, det="x"):

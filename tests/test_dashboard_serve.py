@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from core.errors import UserError
 from dashboard.serve import check_port, dashboard_url, streamlit_command
 from dashboard.settings import DEFAULT_HOST, DEFAULT_PORT
-from monitor.errors import UserError
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import minirl
-from monitor.errors import UserError
+from core.errors import UserError
 from trainer.checkpoints import restore_rng
 from trainer.coldstart import sft_batch
 from trainer.config import config_from_dict

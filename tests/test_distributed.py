@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from monitor import RunReader
-from monitor.store import request_action
+from monitor.store.run_store import request_action
 from trainer.checkpoints import list_checkpoints, load_checkpoint
 from trainer.config import dump_config
 from trainer.launch import root_cause

@@ -15,7 +15,7 @@ from torchless_cli import run_cli
 from app.cli import main
 from monitor.importers.names import _PEERS, PEER_NAMES, canonical_name
 from monitor.importers.tensorboard import parse_tensorboard
-from monitor.reader import RunReader
+from monitor.store.reader import RunReader
 
 
 @dataclass

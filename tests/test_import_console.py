@@ -17,7 +17,7 @@ import pytest
 from app.cli import main
 from monitor.importers import guess_format, parse
 from monitor.importers.console import parse_console
-from monitor.reader import RunReader
+from monitor.store.reader import RunReader
 from monitor.watch.sources import ConsoleSource
 
 

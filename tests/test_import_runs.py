@@ -12,7 +12,7 @@ import pytest
 
 from app.cli import main
 from monitor.importers.jsonl import parse_jsonl
-from monitor.reader import RunReader, list_runs
+from monitor.store.reader import RunReader, list_runs
 
 
 def _cli(capsys, *args: str) -> tuple[int, str, str]:

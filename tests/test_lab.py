@@ -25,8 +25,8 @@ from bench.lab.report import write_stability_report
 from bench.lab.rows import compare
 from bench.lab.settings import SETTINGS, lab_specs
 from bench.lab.summary import collapse_onset, summarize_run, trend
+from core.errors import UserError
 from monitor import Monitor, RunReader
-from monitor.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
 

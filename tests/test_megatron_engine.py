@@ -10,8 +10,8 @@ import torch
 
 pytest.importorskip("megatron.core")
 
+from core.errors import UserError
 from minirl import routing_metrics
-from monitor.errors import UserError
 from trainer.engines import megatron_convert as convert
 from trainer.engines.config import EngineConfig, OptimConfig
 from trainer.engines.factory import make_training_engine

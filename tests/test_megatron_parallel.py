@@ -18,7 +18,7 @@ pytest.importorskip("megatron.core")
 
 import megatron_parallel_worker as job
 
-from monitor.errors import UserError
+from core.errors import UserError
 from trainer.config import load_config
 from trainer.engines.config import EngineConfig, MegatronConfig
 from trainer.engines.megatron import MegatronTrainingEngine

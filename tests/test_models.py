@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from monitor.typed_config import parse_overrides
+from core.typed_config import parse_overrides
 from trainer.models import ModelConfig, build_tiny_checkpoint, load_policy
 from trainer.models.tokenizer import ALPHABET, SPECIALS
 

@@ -16,13 +16,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from core.errors import UserError
 from monitor.config import MonitorConfig
 from monitor.detectors import DetectorSet, build_detectors
 from monitor.detectors.base import robust_z
 from monitor.detectors.config import ChangeRule, DetectorsConfig, DropRule, LevelRule
 from monitor.detectors.nonfinite import factor_of
-from monitor.errors import UserError
-from monitor.records import AlertDraft, Cleared
+from monitor.store.records import AlertDraft, Cleared
 
 CFG = DetectorsConfig()
 

@@ -8,7 +8,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from monitor.reader import RunReader
+from monitor.store.reader import RunReader
 
 README = Path(__file__).resolve().parents[1] / "monitor" / "README.md"
 SECTION = "## Using the monitor from your own trainer"

@@ -1,5 +1,5 @@
-"""The remediation policy (the table in monitor/remediation.py), its limits, its audit
-trail in the store, and the action kinds' validation (monitor/actions.py)."""
+"""The remediation policy (the table in monitor/remediation/policy.py), its limits, its audit
+trail in the store, and the action kinds' validation (monitor/remediation/actions.py)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import pytest
 from alert_factory import make_alert
 
 from monitor import Monitor, MonitorConfig, RunReader, UserError
-from monitor.actions import KINDS, apply_to_controls, validate
 from monitor.config import RemediationConfig
-from monitor.records import Action, Alert
-from monitor.remediation import RemediationPolicy
+from monitor.remediation.actions import KINDS, apply_to_controls, validate
+from monitor.remediation.policy import RemediationPolicy
+from monitor.store.records import Action, Alert
 
 CONTROLS = {
     "is_policy": "none",

@@ -17,9 +17,9 @@ import pytest
 
 from monitor import Monitor, MonitorConfig, RunReader, UserError, list_runs, request_action
 from monitor.config import HistogramSpec
-from monitor.histograms import bin_values
-from monitor.records import AlertDraft
-from monitor.store import SCHEMA_VERSION, STORE_FILE, RunStore
+from monitor.store.histograms import bin_values
+from monitor.store.records import AlertDraft
+from monitor.store.run_store import SCHEMA_VERSION, STORE_FILE, RunStore
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTROLS = {"is_policy": "none", "clip": True, "mini_batches": 1, "lr": 3e-4, "moe": True}
@@ -422,7 +422,7 @@ def _truth(reader, name, start=None, end=None):
 def test_chunked_series_equal_the_rows_across_boundaries_truncation_and_migration(
     tmp_path, monkeypatch
 ):
-    monkeypatch.setattr("monitor.schema.CHUNK_STEPS", 8)
+    monkeypatch.setattr("monitor.store.schema.CHUNK_STEPS", 8)
     run = tmp_path / "r"
     mon = Monitor(run)
     for step in range(0, 60):
@@ -457,9 +457,9 @@ def test_chunked_series_equal_the_rows_across_boundaries_truncation_and_migratio
 
 
 def test_a_v1_store_is_migrated_to_chunks_by_the_writer(tmp_path, monkeypatch):
-    from monitor import schema as store_mod
+    from monitor.store import schema as store_mod
 
-    monkeypatch.setattr("monitor.schema.CHUNK_STEPS", 4)
+    monkeypatch.setattr("monitor.store.schema.CHUNK_STEPS", 4)
     path = tmp_path / "old"
     path.mkdir()
     conn = sqlite3.connect(path / STORE_FILE, isolation_level=None)

@@ -1,6 +1,7 @@
 """The packages' one-way ties, checked on the source; no import circle; the lazy CLI.
 
-The ties: `minirl/` imports only torch; `monitor/` neither torch nor ours; `dashboard/`
+The ties: `core/` (the shared vocabulary, errors, typed config) imports none of ours
+and no torch; `minirl/` imports only torch and core; `monitor/` neither torch nor ours; `dashboard/`
 only monitor; `trainer/` minirl and monitor, never the dashboard; `bench/` and `app/`
 anything, and nothing imports them. Imports inside functions count like the others: a
 circle closed by a lazy import is still two modules that cannot be read apart.
@@ -14,8 +15,9 @@ import sys
 from torchless_cli import run_cli
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-PACKAGES = ("minirl", "monitor", "dashboard", "trainer", "bench", "app")
+PACKAGES = ("core", "minirl", "monitor", "dashboard", "trainer", "bench", "app")
 FORBIDDEN = {
+    "core": {"torch", "numpy", "minirl", "trainer", "monitor", "dashboard", "bench", "app"},
     "minirl": {"trainer", "monitor", "dashboard", "bench", "app"},
     "monitor": {"torch", "trainer", "minirl", "dashboard", "bench", "app"},
     "dashboard": {"torch", "trainer", "minirl", "bench", "app"},

@@ -24,11 +24,11 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 from torchless_cli import run_cli
 
+from monitor.alerting.prometheus import PrometheusExporter
+from monitor.alerting.rules import build_rules, rules_yaml
 from monitor.config import MonitorConfig
 from monitor.detectors.config import LevelRule
 from monitor.monitor import Monitor
-from monitor.prometheus import PrometheusExporter
-from monitor.rules import build_rules, rules_yaml
 
 R_NONFINITE = "roll back to the last healthy checkpoint and lower the learning rate"
 PROMTOOL = shutil.which("promtool")
@@ -111,7 +111,7 @@ def test_exporters_have_their_own_registries():
 
 
 def test_exporter_port_in_use_is_a_user_error():
-    from monitor.errors import UserError
+    from core.errors import UserError
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

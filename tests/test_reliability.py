@@ -55,7 +55,7 @@ def test_sigkill_of_train_before_its_first_checkpoint_then_resume(tmp_path):
 
 
 def _baseline(work: Path, cache: Path) -> dict:
-    from monitor.typed_config import yaml_dump
+    from core.typed_config import yaml_dump
 
     config = work / "plain.yaml"
     config.write_text(yaml_dump(kill_train.tiny_config(cache)))
@@ -82,7 +82,7 @@ def test_sigkill_of_train_in_every_phase(tmp_path, phase):
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_train_stops_cleanly_on_a_signal_and_resumes(tmp_path, sig):
-    from monitor.typed_config import yaml_dump
+    from core.typed_config import yaml_dump
 
     config = tmp_path / "run.yaml"
     config.write_text(yaml_dump(kill_train.tiny_config(tmp_path / "cache")))

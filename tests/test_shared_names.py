@@ -9,8 +9,8 @@ from minirl.clipping import EPS_HIGH, EPS_LOW
 from minirl.is_weights import ICEPOP_BAND, IS_POLICIES, TIS_CAP, ISPolicy
 from minirl.loss import LossConfig
 from minirl.routing import REPLAY_MODES, ReplayMode
-from monitor import actions
 from monitor.config import RemediationConfig
+from monitor.remediation import actions
 from trainer.config import TrainConfig
 from trainer.controls import Controls
 from trainer.engines.config import WeightQuant

@@ -15,7 +15,7 @@ import pytest
 from app import cli
 from bench.reliability.fuzz_store import fuzz_damaged_stores, write_template
 from monitor import RunReader, list_runs
-from monitor.damage import StoreDamaged
+from monitor.store.damage import StoreDamaged
 
 
 @pytest.fixture
@@ -123,7 +123,7 @@ def test_repair_salvages_into_a_new_store_and_never_touches_the_damaged_one(runs
 
 
 def test_salvage_reads_past_a_bad_page_not_only_up_to_it(runs):
-    from monitor.salvage import salvage
+    from monitor.store.salvage import salvage
 
     store = runs / "damaged" / "store.sqlite"
     conn = sqlite3.connect(store)

@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from monitor.errors import UserError
+from core.errors import UserError
 from trainer.tasks import TaskConfig, in_heldout, make_task
 from trainer.tasks.generated import KINDS, add_trace_target
 from trainer.tasks.verifiers import exact, numeric, resolve_verifier

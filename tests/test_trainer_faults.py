@@ -159,8 +159,8 @@ def test_a_full_disk_at_a_checkpoint_is_one_error_and_leaves_no_partial_file(
 
 
 def test_a_full_disk_in_the_store_is_one_error_and_keeps_every_earlier_step(tmp_path):
+    from core.errors import UserError
     from monitor import Monitor
-    from monitor.errors import UserError
 
     with Monitor(tmp_path / "run") as mon:
         for step in range(1, 6):

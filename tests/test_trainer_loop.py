@@ -11,7 +11,7 @@ import torch
 
 from minirl import mismatch
 from monitor import RunReader
-from monitor.store import request_action
+from monitor.store.run_store import request_action
 from trainer import run as run_module
 from trainer import step as step_module
 from trainer.engines.training import TorchTrainingEngine
@@ -472,7 +472,7 @@ def test_a_non_finite_batch_is_skipped_and_recorded(tiny_config, monkeypatch):
 
 
 def test_failed_weight_sync_stops_the_run_with_one_clear_error(tiny_config, monkeypatch):
-    from monitor.errors import UserError
+    from core.errors import UserError
     from trainer.engines.base import WeightSyncError
     from trainer.engines.torch_engine import TorchInferenceEngine
 

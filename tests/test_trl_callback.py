@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from monitor.reader import RunReader
+from monitor.store.reader import RunReader
 
 STEPS = 3
 

@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from monitor.errors import UserError
+from core.errors import UserError
 from trainer.engines import vllm_weights
 from trainer.engines.base import SamplingParams
 from trainer.engines.config import EngineConfig, OptimConfig

@@ -14,7 +14,7 @@ import pytest
 
 from app.cli import main
 from monitor.importers.wandb import BLOCK, history_rows, read_log, run_file
-from monitor.reader import RunReader
+from monitor.store.reader import RunReader
 
 pytest.importorskip("wandb")
 

@@ -20,7 +20,7 @@ import pytest
 
 from app.cli import main
 from monitor.importers.tensorboard import parse_tensorboard
-from monitor.reader import RunReader
+from monitor.store.reader import RunReader
 from monitor.watch.cli import open_watch
 
 tensorboardX = pytest.importorskip("tensorboardX")

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from app.cli import main
-from monitor.reader import RunReader
+from monitor.store.reader import RunReader
 from monitor.watch.cli import open_watch
 
 pytest.importorskip("mlflow")

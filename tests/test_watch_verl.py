@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from monitor.reader import RunReader
+from monitor.store.reader import RunReader
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS, RISE = 45, 30

@@ -12,8 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from alert_factory import make_alert
 
-from monitor.errors import UserError
-from monitor.webhook import WebhookNotifier, alert_payload
+from core.errors import UserError
+from monitor.alerting.webhook import WebhookNotifier, alert_payload
 
 
 class Receiver:
@@ -167,7 +167,7 @@ def test_never_blocks_the_caller_when_the_server_hangs(receiver_factory, caplog)
     receiver = receiver_factory(hang=True)
     notifier = WebhookNotifier(receiver.url, queue_size=4, request_timeout_s=30)
     start = time.perf_counter()
-    with caplog.at_level(logging.WARNING, logger="monitor.webhook"):
+    with caplog.at_level(logging.WARNING, logger="monitor.alerting.webhook"):
         results = [notifier.notify(_alert(id=i)) for i in range(50)]
     elapsed = time.perf_counter() - start
     assert elapsed < 0.5, f"notify blocked for {elapsed:.2f} s"

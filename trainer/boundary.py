@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from monitor.errors import UserError
+from core.errors import UserError
 from trainer.checkpoints import list_checkpoints, load_checkpoint, restore_rng
 from trainer.controls import Controls, Rejected, Request, apply_action
 from trainer.evaluate import evaluate

@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 
+from core.errors import UserError
 from minirl.loss import LossConfig
-from monitor.errors import UserError
 from trainer.controls import Controls
 from trainer.engines.config import WeightQuant
 from trainer.leftovers import remove_leftovers

@@ -26,8 +26,8 @@ from typing import Any, Literal
 
 import torch
 
-from monitor.errors import UserError
-from monitor.typed_config import check, config_hash
+from core.errors import UserError
+from core.typed_config import check, config_hash
 from trainer.engines.device import module_device, resolve_device
 from trainer.evaluate import EvalConfig, decode_responses, encode_prompts, evaluate, generate
 from trainer.leftovers import remove_leftovers

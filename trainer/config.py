@@ -7,7 +7,7 @@
 cold_start, train, eval, monitor) and owns the run-level fields and the checks that
 span sections. `TrainConfig` (the RL loop's own knobs) lives here too. Every default
 lives in a dataclass; conversion, type checks and error messages are the generic
-machinery of `monitor/typed_config.py`. This module does not run anything.
+machinery of `core/typed_config.py`. This module does not run anything.
 """
 
 from __future__ import annotations
@@ -17,12 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from minirl.advantages import Baseline
-from minirl.loss import LossConfig
-from minirl.routing import ReplayMode
-from monitor.config import MonitorConfig
-from monitor.errors import UserError
-from monitor.typed_config import (
+from core.errors import UserError
+from core.typed_config import (
     check,
     from_data,
     parse_overrides,
@@ -30,6 +26,10 @@ from monitor.typed_config import (
     to_data,
     yaml_dump,
 )
+from minirl.advantages import Baseline
+from minirl.loss import LossConfig
+from minirl.routing import ReplayMode
+from monitor.config import MonitorConfig
 from trainer.coldstart import ColdStartConfig
 from trainer.engines.base import SamplingParams
 from trainer.engines.config import EngineConfig, OptimConfig

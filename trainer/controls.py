@@ -1,6 +1,6 @@
 """The knobs a run may change at a step boundary, and how a remediation action moves them.
 
-The monitor decides (or an operator requests) an action; `monitor.actions` is the single
+The monitor decides (or an operator requests) an action; `monitor.remediation.actions` is the single
 definition of what an action may say and which knobs it moves. This module is the
 trainer's side: it maps those knobs onto `Controls` and rejects, with a reason the audit
 trail records (never silently), what this run cannot apply. It does not read the store,
@@ -14,10 +14,10 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from core.errors import UserError
 from minirl.loss import LossConfig
 from minirl.routing import ReplayMode
-from monitor.actions import hold_caps, moves, validate
-from monitor.errors import UserError
+from monitor.remediation.actions import hold_caps, moves, validate
 from trainer.engines.config import WeightQuant
 
 
@@ -99,7 +99,7 @@ def apply_action(
 ) -> Controls | Request:
     """New controls after `kind`, a Request for rollback/stop, or raise Rejected(reason).
 
-    What each kind moves is `monitor.actions.EFFECTS`; this adds only the checks that
+    What each kind moves is `monitor.remediation.actions.EFFECTS`; this adds only the checks that
     need the run's facts (the loss variant, dense or MoE, the prompt groups of a step)."""
     try:
         p = validate(kind, params)

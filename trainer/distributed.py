@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
-from monitor.errors import UserError
+from core.errors import UserError
 
 ENV_TIMEOUT = "MINIRL_DIST_TIMEOUT"
 """Seconds any rank waits in one collective; the workers wait in one while rank 0 does

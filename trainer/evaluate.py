@@ -18,7 +18,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from monitor.typed_config import check
+from core.typed_config import check
 from trainer.engines.base import InferenceEngine, Rollout, SamplingParams
 from trainer.engines.decode import decode
 from trainer.engines.device import module_device

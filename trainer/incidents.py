@@ -21,8 +21,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from monitor.actions import KINDS, validate
-from monitor.errors import UserError
+from core.errors import UserError
+from monitor.remediation.actions import KINDS, validate
 
 INCIDENT_KINDS = tuple(k for k in KINDS if k not in ("rollback", "stop"))
 """Every action kind but rollback and stop; `set_rollout_quant` is the degraded rollout
@@ -41,7 +41,7 @@ class Incident:
     """An action kind but rollback and stop (set_is_correction, set_clip, set_mini_batches,
     scale_lr, set_rollout_quant...)."""
     params: dict[str, Any] = field(default_factory=dict)
-    """The action's parameters (as for remediation actions; monitor/actions.py)."""
+    """The action's parameters (as for remediation actions; monitor/remediation/actions.py)."""
     note: str = ""
     """What the incident stands for, in words (shown on the dashboard)."""
 

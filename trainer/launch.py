@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from monitor.errors import UserError
+from core.errors import UserError
 from trainer.distributed import ENV_ERRORS
 
 _QUIET = ("torch.distributed.run", "torch.distributed.elastic", "torch.distributed.launcher")

@@ -31,9 +31,9 @@ from typing import Any
 
 import torch
 
+from core.errors import UserError
 from monitor import Monitor
 from monitor.detectors.config import ROLLOUT_BITS
-from monitor.errors import UserError
 from trainer.boundary import apply_actions, induce, rollback
 from trainer.checkpoints import (
     controls_from_data,

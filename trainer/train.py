@@ -13,7 +13,7 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from monitor.typed_config import add_set_option
+from core.typed_config import add_set_option
 from trainer.config import load_config
 from trainer.outcome import exit_code
 from trainer.run import resume_config, train
@@ -78,7 +78,7 @@ def _main(args: argparse.Namespace) -> int:
         cfg = dataclasses.replace(cfg, run_dir=args.run_dir)
     notifier = None
     if args.webhook:
-        from monitor.webhook import WebhookNotifier
+        from monitor.alerting.webhook import WebhookNotifier
 
         fmt = "slack" if args.slack else "json"
         notifier = WebhookNotifier(args.webhook, run=cfg.name, format=fmt)
@@ -102,6 +102,6 @@ def _main(args: argparse.Namespace) -> int:
 
 
 def _usage(message: str) -> Exception:
-    from monitor.errors import UserError
+    from core.errors import UserError
 
     return UserError(message)

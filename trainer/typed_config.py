@@ -1,7 +1,7 @@
-"""Moved to `monitor.typed_config` (the one config loader of trainer and monitor alike);
+"""Moved to `core.typed_config` (the one config loader of trainer and monitor alike);
 this name re-exports it for callers not yet switched."""
 
-from monitor.typed_config import (
+from core.typed_config import (
     ConfigValueError,
     apply_override,
     check,

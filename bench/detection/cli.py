@@ -20,7 +20,7 @@ from pathlib import Path
 from bench import REPO, RESULTS
 from bench.detection import corpus, lab, monitors, report
 from bench.detection.score import score_run
-from monitor.errors import UserError
+from core.errors import UserError
 
 
 def _parser() -> argparse.ArgumentParser:

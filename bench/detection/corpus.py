@@ -11,7 +11,7 @@ about it. Two sources, both committed so the benchmark is reproducible without a
   run's `map` in `labels.json` where a plain script's names need the `--map` a user would
   pass); `SOURCES.md` cites each.
 
-Labels come from outcomes only, by one written rule for every run: `monitor.analyze`'s
+Labels come from outcomes only, by one written rule for every run: `monitor.analysis.analyze`'s
 collapse onset on the first outcome metric present (training accuracy, reward, held-out
 accuracy). A lab run with an incident that did not collapse is `survived`: its alerts are
 reported apart, as neither hits nor false alarms. The tuning/report split is fixed before
@@ -35,12 +35,12 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from bench import REPO
-from monitor.analyze import OUTCOME_METRICS, find_onset
+from monitor.analysis.analyze import OUTCOME_METRICS, find_onset
 from monitor.config import MonitorConfig
 from monitor.detectors.config import CLIP_ON, MINI_BATCHES
 from monitor.importers import parse
 from monitor.importers.names import canonical_name, rename
-from monitor.reader import RunReader
+from monitor.store.reader import RunReader
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from bench import REPO
-from monitor.reader import RunReader
+from monitor.store.reader import RunReader
 
 CONFIGS = REPO / "configs" / "lab" / "incidents"
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from bench.detection.corpus import Stream
 from monitor.detectors import DetectorSet
 from monitor.detectors.config import DetectorsConfig
-from monitor.records import AlertDraft
+from monitor.store.records import AlertDraft
 
 # our metric -> rlwatch.log_step keyword (rlwatch's TRL map accepts approx_kl as its KL)
 RLWATCH_NAMES = {

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from monitor.errors import UserError
+from core.errors import UserError
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1

@@ -54,7 +54,7 @@ def load_run(run_dir: Path) -> tuple[Any, Path, Any, Any]:
     tokenizer loaded from that checkpoint (the weights a run's checkpoints replace).
     The config is read less its monitor section: measuring a run does not read it, and
     runs of older revisions name detectors this one no longer has."""
-    from monitor.safe_yaml import read_yaml_mapping
+    from core.safe_yaml import read_yaml_mapping
     from trainer.coldstart import cold_start
     from trainer.config import config_from_dict
     from trainer.models import load_policy

@@ -38,7 +38,7 @@ from bench.lab.manifest import (
     merge_specs,
     save_manifest,
 )
-from monitor.errors import UserError
+from core.errors import UserError
 from trainer.leftovers import pid_alive
 
 LOCK = "runner.lock"
@@ -67,7 +67,7 @@ def train_command(spec: RunSpec, resume: bool, python: str = sys.executable) -> 
 
 def last_stop_reason(run_dir: Path) -> str | None:
     """The reason of the run's last `stop` event, None if it never stopped cleanly."""
-    from monitor.reader import RunReader
+    from monitor.store.reader import RunReader
 
     if not (Path(run_dir) / "store.sqlite").is_file():
         return None

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from bench import REPO
 from bench.lab.manifest import RunSpec
-from monitor.errors import UserError
+from core.errors import UserError
 
 CONFIG_DIR = REPO / "configs" / "lab"
 

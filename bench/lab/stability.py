@@ -28,8 +28,8 @@ from bench.lab.settings import (
     SETTINGS,
     lab_specs,
 )
-from monitor.errors import UserError
-from monitor.typed_config import add_set_option
+from core.errors import UserError
+from core.typed_config import add_set_option
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -73,7 +73,7 @@ def main(argv: list[str]) -> int:
             time.sleep(args.pause_in_rollback / 2)
 
         run_module.rollback = paused
-    from monitor.errors import run_command
+    from core.errors import run_command
     from trainer.train import main as train
 
     return run_command("train", lambda: train(argv[cut + 1 :]))

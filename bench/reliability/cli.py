@@ -99,7 +99,7 @@ def _faults(work: Path, kills: int, reps: int, log) -> tuple[list[list[Any]], li
             f"{name} `minirl dashboard`", 1, what + f"port open: {d.get('port_left_open')}", d["ok"]
         )
     config = work / "signal.yaml"
-    from monitor.typed_config import yaml_dump
+    from core.typed_config import yaml_dump
 
     config.write_text(yaml_dump(kill_train.tiny_config(work / "train" / "cache")))
     for name, sig in signals.SIGNALS.items():

@@ -20,12 +20,12 @@ from pathlib import Path
 
 from bench.reliability import procs
 from bench.reliability.kill_train import STEPS, tiny_config
-from monitor.typed_config import yaml_dump
+from core.typed_config import yaml_dump
 
 WRITER = """
 import sys
 from monitor import Monitor
-from monitor.errors import UserError
+from core.errors import UserError
 try:
     with Monitor(sys.argv[1], resume=True) as mon:
         step = (mon.last_step() or 0) + 1
@@ -104,8 +104,8 @@ def procs_cmd(run: Path, last: int) -> list[str]:
 
 
 def _store_write_simulated(work: Path) -> dict:
+    from core.errors import UserError
     from monitor import Monitor
-    from monitor.errors import UserError
 
     run = work / "full-store-sim"
     message, kept = "", 0

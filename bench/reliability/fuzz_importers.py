@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from bench.reliability.fuzzing import Tally, fuzz
 from monitor.importers import as_step, as_value, parse
 from monitor.importers.tensorboard import masked_crc
-from monitor.schema import MAX_STEP, name_problem
+from monitor.store.schema import MAX_STEP, name_problem
 
 GOOD = "good/zzq_marker"
 """The metric of the good lines (no generated garbage uses this name)."""
@@ -260,8 +260,8 @@ def _check_parsed(fmt: str, path: Path, expected: dict[int, float], tally: Tally
 
 
 def _importer(fmt: str, suffix: str, every: int, tmp: Path) -> Callable[[Any, Tally], None]:
-    from monitor.import_cli import main as import_main
-    from monitor.reader import RunReader
+    from monitor.cli.import_logs import main as import_main
+    from monitor.store.reader import RunReader
 
     seen = [0]
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from hypothesis import strategies as st
 
 from bench.reliability.fuzzing import Tally, fuzz
-from monitor.actions import KINDS
+from monitor.remediation.actions import KINDS
 
 _TEXT = st.one_of(
     st.text(max_size=20),
@@ -148,7 +148,7 @@ def fuzz_import_form(n: int) -> Tally:
 
 def fuzz_webhook(n: int) -> Tally:
     """Webhook URLs (accepted or one UserError) and alert payloads (always strict JSON)."""
-    from monitor.webhook import alert_payload, check_url
+    from monitor.alerting.webhook import alert_payload, check_url
 
     fields = st.fixed_dictionaries(
         {},

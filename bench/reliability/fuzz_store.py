@@ -110,10 +110,10 @@ def apply_damage(path: Path, damage: tuple[str, Any]) -> None:
 
 def _read_everything(run: Path, tally: Tally) -> None:
     """Every reader on the damaged run; each may refuse with a UserError, nothing else."""
-    from monitor.analyze_cli import main as analyze_main
-    from monitor.errors import UserError
-    from monitor.export_cli import main as export_main
-    from monitor.reader import RunReader
+    from core.errors import UserError
+    from monitor.cli.analyze import main as analyze_main
+    from monitor.cli.export import main as export_main
+    from monitor.store.reader import RunReader
 
     sink = io.StringIO()
     steps = [
@@ -134,7 +134,7 @@ def _read_everything(run: Path, tally: Tally) -> None:
 
 def _dashboard_loaders(run: Path) -> None:
     from dashboard import data
-    from monitor.reader import RunReader
+    from monitor.store.reader import RunReader
 
     with RunReader(run) as reader:
         summary = reader.summary()
@@ -147,8 +147,8 @@ def _dashboard_loaders(run: Path) -> None:
 
 def fuzz_damaged_stores(n: int) -> Tally:
     """`n` damaged copies of the template store through every reader and `minirl repair`."""
-    from monitor.reader import list_runs
-    from monitor.repair_cli import main as repair_main
+    from monitor.cli.repair import main as repair_main
+    from monitor.store.reader import list_runs
 
     with tempfile.TemporaryDirectory(prefix="fuzz-store-") as tmp:
         root = Path(tmp)

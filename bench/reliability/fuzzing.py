@@ -18,7 +18,7 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from monitor.errors import UserError
+from core.errors import UserError
 
 KEEP = 3
 """Failing inputs kept per parser for the report."""

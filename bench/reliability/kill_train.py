@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.reliability import procs
-from monitor.typed_config import yaml_dump
+from core.typed_config import yaml_dump
 
 PHASES = (
     "start-up",

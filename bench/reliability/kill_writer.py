@@ -87,8 +87,8 @@ def check_store(run: Path, result: WriterResult) -> int:
 
 
 def _poll(run: Path, stop: threading.Event, result: WriterResult, lock: threading.Lock) -> None:
+    from core.errors import UserError
     from monitor import RunReader
-    from monitor.errors import UserError
 
     while not stop.is_set():
         try:

@@ -37,8 +37,8 @@ from bench.speed.diagnostics import diagnostics_overhead
 from bench.speed.fixture import QUICK, Effort, make_setup, say
 from bench.speed.report import machine_facts, render
 from bench.speed.vs_trl import setup_trl_venv, trl_comparison, trl_python
-from monitor.errors import UserError
-from monitor.typed_config import add_set_option
+from core.errors import UserError
+from core.typed_config import add_set_option
 
 PARTS = ("diagnostics", "trl", "vllm", "store")
 

@@ -22,7 +22,7 @@ from typing import Any
 from bench import REPO
 from bench.speed.fixture import Effort, Setup, say
 from bench.speed.stats import median_ratio_ci
-from monitor.errors import UserError
+from core.errors import UserError
 
 TRL_VENV = REPO / "bench" / ".venv-trl"
 TRL_PINS = ("trl==1.16.0", "transformers==5.19.0")  # the transformers our checkpoints load in

@@ -26,7 +26,7 @@ from monitor.detectors.config import (
 from monitor.detectors.drop import DropDetector
 from monitor.detectors.level import LevelDetector
 from monitor.detectors.nonfinite import NonFiniteDetector
-from monitor.records import AlertDraft, Cleared
+from monitor.store.records import AlertDraft, Cleared
 
 _BY_RULE: dict[type, type] = {
     LevelRule: LevelDetector,

@@ -12,7 +12,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
-from monitor.records import AlertDraft, Cleared, Severity, severity_rank
+from monitor.store.records import AlertDraft, Cleared, Severity, severity_rank
 
 MAD_TO_SIGMA = 1.4826  # σ = 1.4826·MAD for a normal distribution
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from monitor.detectors.base import Gate, fmt
 from monitor.detectors.config import BreakdownRule
 from monitor.detectors.remedies import R_COLLAPSE
-from monitor.records import AlertDraft, Cleared
+from monitor.store.records import AlertDraft, Cleared
 
 
 class BreakdownDetector:

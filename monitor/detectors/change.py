@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 from monitor.detectors.base import Gate, fmt, median, reading, robust_z
 from monitor.detectors.config import ChangeRule
-from monitor.records import AlertDraft, Cleared
+from monitor.store.records import AlertDraft, Cleared
 
 
 class ChangeDetector:

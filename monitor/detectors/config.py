@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from monitor.detectors.remedies import R_APPROX, R_COLLAPSE, R_IS, R_OPTIM, R_ROUTING, R_STALE
-from monitor.records import Factor, Severity
+from monitor.store.records import Factor, Severity
 
 Scale = Literal["log", "linear"]
 

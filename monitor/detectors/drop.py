@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from monitor.detectors.base import Gate, fmt, reading
 from monitor.detectors.config import DropRule
-from monitor.records import AlertDraft, Cleared, Severity
+from monitor.store.records import AlertDraft, Cleared, Severity
 
 
 class DropDetector:

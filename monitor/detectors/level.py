@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 from monitor.detectors.base import Gate, fmt, reading
 from monitor.detectors.config import LevelRule
-from monitor.records import AlertDraft, Cleared
+from monitor.store.records import AlertDraft, Cleared
 
 
 class LevelDetector:

@@ -10,7 +10,7 @@ import math
 from collections.abc import Mapping
 
 from monitor.detectors.config import NonFiniteRule
-from monitor.records import AlertDraft, Cleared, Factor
+from monitor.store.records import AlertDraft, Cleared, Factor
 
 _FACTOR_BY_PREFIX: dict[str, Factor] = {
     "mismatch/": "train_inference",

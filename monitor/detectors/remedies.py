@@ -1,7 +1,7 @@
 """What each alert tells a user to do: the paper's recipes, one string per factor.
 
 Shown with every alert (dashboard, `minirl analyze`, webhooks) and audited beside every
-automatic action; the policy that acts on them is monitor/remediation.py."""
+automatic action; the policy that acts on them is monitor/remediation/policy.py."""
 
 R_IS = (
     "turn on token-level IS correction with truncation (TIS, cap 5) if it is off; if it is "

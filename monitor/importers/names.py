@@ -16,7 +16,7 @@ import functools
 import re
 from collections.abc import Mapping
 
-from monitor.errors import UserError
+from core.errors import UserError
 
 # verl (volcengine/verl) -------------------------------------------------------------------
 # verl/trainer/ppo/rollout_corr_helper.py, compute_offpolicy_metrics(): log_ratio =

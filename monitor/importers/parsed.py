@@ -10,7 +10,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from monitor.schema import MAX_STEP, name_problem
+from monitor.store.schema import MAX_STEP, name_problem
 
 MAX_EXAMPLES = 5
 RUN_SEP = " - "

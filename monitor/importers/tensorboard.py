@@ -18,7 +18,7 @@ import struct
 from pathlib import Path
 
 from monitor.importers.parsed import Parsed
-from monitor.schema import MAX_STEP
+from monitor.store.schema import MAX_STEP
 
 # Field numbers, from event.proto, summary.proto and tensor.proto.
 EVENT_STEP, EVENT_SUMMARY = 2, 5

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from monitor.errors import UserError
+from core.errors import UserError
 from monitor.importers.parsed import STEP_KEYS, Parsed, as_step, as_value
 from monitor.importers.tensorboard import masked_crc
 

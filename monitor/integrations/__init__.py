@@ -8,7 +8,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from monitor.records import Alert
+from monitor.store.records import Alert
 
 log = logging.getLogger("minirl.monitor")
 

@@ -22,10 +22,10 @@ import functools
 import os
 from typing import Any
 
-from monitor.errors import UserError
+from core.errors import UserError
 from monitor.importers.names import rename
 from monitor.integrations import log, numeric_logs, warn_alerts
-from monitor.schema import store_path
+from monitor.store.schema import store_path
 
 
 def _args_config(args: Any) -> dict[str, Any]:

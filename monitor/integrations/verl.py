@@ -26,7 +26,7 @@ from typing import Any
 
 from monitor.importers.names import rename
 from monitor.integrations import log, numeric_logs, warn_alerts
-from monitor.schema import store_path
+from monitor.store.schema import store_path
 
 BACKEND = "minirl"
 RUN_DIR_ENV = "MINIRL_RUN_DIR"

@@ -19,11 +19,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from monitor.errors import UserError
-from monitor.import_cli import say_counts, say_renamed
+from core.errors import UserError
+from monitor.cli.import_logs import say_counts, say_renamed
 from monitor.importers.names import add_map_option, parse_name_map
-from monitor.reader import RunReader
-from monitor.schema import store_path
+from monitor.store.reader import RunReader
+from monitor.store.schema import store_path
 from monitor.watch.loop import SOURCE_KEY, STATE_KEY, Watcher
 from monitor.watch.mlflow import PREFIX as MLFLOW_PREFIX
 
@@ -98,7 +98,7 @@ def _stored_source(out: Path) -> tuple[bool, dict[str, Any] | None]:
 def _notifier(url: str | None, fmt: str, run: str) -> Any:
     if not url:
         return None
-    from monitor.webhook import WebhookNotifier
+    from monitor.alerting.webhook import WebhookNotifier
 
     try:
         return WebhookNotifier(url, run=run, format=fmt)

@@ -22,7 +22,7 @@ from typing import Any
 from monitor.importers import MAX_EXAMPLES, Parsed
 from monitor.importers.names import rename
 from monitor.monitor import Monitor
-from monitor.records import Alert
+from monitor.store.records import Alert
 from monitor.watch.sources import Source
 
 STATE_KEY = "watch"

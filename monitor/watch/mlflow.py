@@ -17,7 +17,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from monitor.errors import UserError
+from core.errors import UserError
 from monitor.importers import Parsed
 
 PREFIX = "sqlite:///"

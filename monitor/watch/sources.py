@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from monitor.errors import UserError
+from core.errors import UserError
 from monitor.importers import Parsed
 from monitor.importers.console import ConsoleReader
 from monitor.importers.jsonl import read_line

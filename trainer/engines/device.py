@@ -13,7 +13,7 @@ import itertools
 import torch
 from torch import nn
 
-from monitor.errors import UserError
+from core.errors import UserError
 
 # Where tensors that cross processes as pickled Python objects live (rank 0's batch in a
 # torchrun job, the rows gathered back): gloo's object collectives carry host memory.

@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from monitor.errors import UserError
+from core.errors import UserError
 from trainer import distributed
 from trainer.engines import megatron_convert as convert
 from trainer.engines import megatron_state

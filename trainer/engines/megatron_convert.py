@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from monitor.errors import UserError
+from core.errors import UserError
 
 
 def check_supported(hf: Any) -> None:

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
-from monitor.actions import QUANT_BITS
+from monitor.remediation.actions import QUANT_BITS
 from trainer.engines.config import ActivationQuant, Dtype, WeightQuant
 
 _FP8 = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}

@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from monitor.errors import UserError
+from core.errors import UserError
 from trainer import distributed as ranks
 from trainer.engines.config import EngineConfig, OptimConfig
 from trainer.engines.device import HOST

@@ -46,7 +46,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from monitor.errors import UserError
+from core.errors import UserError
 from trainer.engines import vllm_gpu, vllm_weights
 from trainer.engines.base import Rollout, SamplingParams
 from trainer.engines.config import EngineConfig

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from monitor.errors import UserError
+from core.errors import UserError
 from trainer.models.config import ModelConfig
 from trainer.models.tokenizer import build_char_tokenizer
 

@@ -3,7 +3,7 @@
     minirl build-model --arch qwen3_moe --out ckpt/tiny [--set hidden_size=96 --set seed=1]
 
 Each `--set key=value` overrides one `ModelConfig` field, read and type-checked by the
-shared config loader (monitor/typed_config.py), so unknown keys and bad values are the
+shared config loader (core/typed_config.py), so unknown keys and bad values are the
 same one-line errors as in a run config. It builds weights only: no training.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from monitor.typed_config import add_set_option, from_data, parse_overrides
+from core.typed_config import add_set_option, from_data, parse_overrides
 from trainer.models.config import ARCHS, ModelConfig
 
 

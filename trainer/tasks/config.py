@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from monitor.typed_config import check
+from core.typed_config import check
 
 Kind = Literal["add", "add_trace", "reverse", "sort", "jsonl"]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from monitor.errors import UserError
+from core.errors import UserError
 from trainer.tasks.base import Example, Task, in_heldout
 from trainer.tasks.config import TaskConfig
 from trainer.tasks.verifiers import Verifier

@@ -11,7 +11,7 @@ import json
 import random
 from pathlib import Path
 
-from monitor.errors import UserError, read_text
+from core.errors import UserError, read_text
 from trainer.tasks.base import Example, Task, in_heldout
 from trainer.tasks.config import TaskConfig
 from trainer.tasks.verifiers import Verifier

@@ -11,7 +11,7 @@ import math
 import re
 from collections.abc import Callable
 
-from monitor.errors import UserError
+from core.errors import UserError
 
 Verifier = Callable[[str, str], float]
 

@@ -25,7 +25,7 @@ PERSIST consecutive points (a non-finite value counts as infinitely far). lead =
 moved; precursors are the metrics that moved at or before the onset, ranked by lead.
 
 Factor first broken. The factor of the IS decomposition (train_inference for ρ_t,
-staleness for r_t, routing inside either; monitor/records.py) of the earliest-moving precursor
+staleness for r_t, routing inside either; monitor/store/records.py) of the earliest-moving precursor
 among those factors' metrics; the factor of each metric comes from the detector rule
 watching it, else from its namespace.
 
@@ -44,8 +44,8 @@ import numpy as np
 from monitor.config import MonitorConfig
 from monitor.detectors import DetectorSet
 from monitor.detectors.config import ChangeRule, DropRule, LevelRule
-from monitor.reader import RunReader
-from monitor.records import AlertDraft
+from monitor.store.reader import RunReader
+from monitor.store.records import AlertDraft
 
 OUTCOME_METRICS = ("reward/acc", "reward/mean", "eval/acc")
 MIN_POINTS = 20
@@ -269,7 +269,7 @@ def analyze_run(
         )
     _replay(result, series, meta.config.get("monitor") if isinstance(meta.config, dict) else None)
     if outcome is not None and outcome not in series:
-        from monitor.errors import UserError
+        from core.errors import UserError
 
         raise UserError(f"metric {outcome!r} is not in {run}; it has: {', '.join(names)}")
     candidates = [outcome] if outcome else list(OUTCOME_METRICS)

@@ -20,7 +20,7 @@ import yaml
 from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode
 
-from monitor.errors import UserError, read_text
+from core.errors import UserError, read_text
 
 MAX_DEPTH = 100
 """Nesting levels of collections a config may use (real ones use fewer than 10)."""

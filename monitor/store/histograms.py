@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from core.errors import UserError
 from monitor.config import HistogramSpec
-from monitor.errors import UserError
 
 QUANTILES: dict[str, float] = {
     "p01": 0.01,

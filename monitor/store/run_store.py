@@ -24,13 +24,13 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from monitor import actions as action_kinds
-from monitor import schema
-from monitor.damage import reading, reads
-from monitor.errors import UserError
-from monitor.histograms import HistogramRow
-from monitor.records import Action, Alert, AlertDraft
-from monitor.schema import (
+from core.errors import UserError
+from monitor.remediation import actions as action_kinds
+from monitor.store.damage import reading, reads
+from monitor.store.histograms import HistogramRow
+from monitor.store.records import Action, Alert, AlertDraft
+from monitor.store import schema
+from monitor.store.schema import (
     _QCOLS,
     APP_ID,
     MIGRATIONS,
@@ -347,7 +347,7 @@ def request_action(
     """Write a pending action into a live (or finished) run's store from another process.
 
     The dashboard's entry point: the trainer's `Monitor.pending_actions()` picks it up at
-    the next step boundary. Validated by monitor/actions.py; a same-kind pending action
+    the next step boundary. Validated by monitor/remediation/actions.py; a same-kind pending action
     is not duplicated (the existing one is returned).
     """
     path = store_path(run)

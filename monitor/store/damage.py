@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from monitor.errors import UserError
+from core.errors import UserError
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -1,6 +1,6 @@
 """`minirl repair RUN [--out NEW_RUN]`: salvage a damaged run store into a new run.
 
-Reads what SQLite can still read of RUN's store (monitor/salvage.py: SQLite's own
+Reads what SQLite can still read of RUN's store (monitor/store/salvage.py: SQLite's own
 `.recover`, then every row checked) and writes it as a new store in NEW_RUN (default:
 RUN-repaired beside it), with a `repaired` event saying where it came from. The damaged
 store is never modified, nor even opened: the salvage works on a copy. Prints what was
@@ -15,8 +15,8 @@ import sqlite3
 import time
 from pathlib import Path
 
-from monitor.errors import UserError
-from monitor.schema import STORE_FILE, store_path
+from core.errors import UserError
+from monitor.store.schema import STORE_FILE, store_path
 
 
 def main(argv: list[str]) -> int:
@@ -31,7 +31,7 @@ def main(argv: list[str]) -> int:
     out = args.out or src.parent.with_name(src.parent.name + "-repaired")
     if (out / STORE_FILE).exists():
         raise UserError(f"{out} already holds a store; choose another --out")
-    from monitor.salvage import salvage
+    from monitor.store.salvage import salvage
 
     try:
         report = salvage(src, out)

@@ -15,7 +15,7 @@ float is finite (NaN and ±inf are refused), an integer is at most 2^53 in magni
 (what a JSON reader keeps exactly), and a field whose default is a positive number (a size, count,
 rate, threshold or time) takes no negative value.
 
-YAML (monitor/safe_yaml.py) is read with YAML 1.2 scalars, safely and within bounds:
+YAML (core/safe_yaml.py) is read with YAML 1.2 scalars, safely and within bounds:
 deep nesting, huge integers and duplicate keys are refused with their line.
 """
 
@@ -35,8 +35,8 @@ from typing import Any, Literal, TypeVar, Union
 
 import yaml
 
-from monitor.errors import UserError
-from monitor.safe_yaml import (  # noqa: F401 (read_yaml_mapping, yaml_dump: re-exported)
+from core.errors import UserError
+from core.safe_yaml import (  # noqa: F401 (read_yaml_mapping, yaml_dump: re-exported)
     read_yaml_mapping,
     yaml_dump,
     yaml_load,

@@ -4,7 +4,7 @@ Prints the collapse onset (if any), the precursors ranked by how early they move
 factor of the IS weight that broke first, the run's alerts and actions, and the events
 that changed it (induced incidents, rollbacks, actions held back); `--json` prints the
 same as JSON, `--html FILE` writes a self-contained report with charts.
-Definitions: monitor/analyze.py. Works on imported runs (`minirl import`) too.
+Definitions: monitor/analysis/analyze.py. Works on imported runs (`minirl import`) too.
 
 Given a folder of runs instead (what `minirl import` writes for a log of several runs),
 it prints one line per run: the onset, the first alert and its lead, the factor that
@@ -18,8 +18,8 @@ import json
 import sys
 from pathlib import Path
 
-from monitor.errors import UserError
-from monitor.event_text import event_text
+from core.errors import UserError
+from monitor.analysis.event_text import event_text
 
 
 def _text(a) -> str:  # a: Analysis
@@ -62,9 +62,9 @@ def _text(a) -> str:  # a: Analysis
 
 def _analyze_salvaged(run: Path, metric: str | None, err):  # -> Analysis
     """The analysis of what SQLite can still read of a damaged store (a salvaged copy,
-    monitor/salvage.py), with a first note saying what was unreadable and lost."""
-    from monitor.analyze import analyze_run
-    from monitor.salvage import salvaged
+    monitor/store/salvage.py), with a first note saying what was unreadable and lost."""
+    from monitor.analysis.analyze import analyze_run
+    from monitor.store.salvage import salvaged
 
     try:
         with salvaged(err.path) as (copy, report):
@@ -101,7 +101,7 @@ def _folder_line(name: str, a) -> str:  # a: Analysis
 
 def _analyze_folder(folder: Path, runs: list[Path], metric: str | None, as_json: bool) -> int:
     """Every run of `folder`, one line each (or a JSON list of full analyses)."""
-    from monitor.analyze import analyze_run
+    from monitor.analysis.analyze import analyze_run
 
     lines, out = [], []
     for run in runs:
@@ -133,9 +133,9 @@ def main(argv: list[str]) -> int:
     )
     args = parser.parse_args(argv)
 
-    from monitor.analyze import analyze_run
-    from monitor.damage import StoreDamaged
-    from monitor.schema import runs_below, store_path
+    from monitor.analysis.analyze import analyze_run
+    from monitor.store.damage import StoreDamaged
+    from monitor.store.schema import runs_below, store_path
 
     if not store_path(args.run).is_file() and (runs := runs_below(args.run)):  # a folder
         if args.html:
@@ -146,7 +146,7 @@ def main(argv: list[str]) -> int:
     except StoreDamaged as err:
         analysis = _analyze_salvaged(args.run, args.metric, err)
     if args.html:
-        from monitor.analyze_report import render_html
+        from monitor.analysis.report import render_html
 
         try:
             args.html.write_text(render_html(analysis), encoding="utf-8")

@@ -20,11 +20,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from monitor import schema
-from monitor.damage import reading, reads
-from monitor.errors import UserError
-from monitor.histograms import QUANTILES
-from monitor.records import (
+from core.errors import UserError
+from monitor.store.damage import reading, reads
+from monitor.store.histograms import QUANTILES
+from monitor.store.records import (
     Action,
     Alert,
     Event,
@@ -34,8 +33,9 @@ from monitor.records import (
     RunSummary,
     severity_rank,
 )
-from monitor.schema import SCHEMA_VERSION, STORE_FILE, runs_below, store_path
-from monitor.thinning import thin
+from monitor.store import schema
+from monitor.store.schema import SCHEMA_VERSION, STORE_FILE, runs_below, store_path
+from monitor.store.thinning import thin
 
 _QCOLS = tuple(QUANTILES)
 

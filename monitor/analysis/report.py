@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from monitor.analyze import Analysis, running_median, smoothing_width
-from monitor.event_text import event_text
+from monitor.analysis.analyze import Analysis, running_median, smoothing_width
+from monitor.analysis.event_text import event_text
 
 MAX_POINTS = 5000
 MAX_PRECURSOR_CHARTS = 8

@@ -37,7 +37,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from monitor.errors import UserError
+from core.errors import UserError
 
 # The names an action may use. Defined by minirl (`is_weights.ISPolicy`,
 # `routing.ReplayMode`), repeated here as plain strings because the monitor never imports

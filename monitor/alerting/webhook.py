@@ -28,7 +28,7 @@ import urllib.parse
 import urllib.request
 from typing import Any, Literal
 
-from monitor.errors import UserError
+from core.errors import UserError
 
 log = logging.getLogger(__name__)
 

@@ -15,10 +15,10 @@ import re
 import sys
 from pathlib import Path
 
-from monitor.errors import UserError
+from core.errors import UserError
 from monitor.importers import FORMATS, Parsed, guess_format, parse
 from monitor.importers.names import add_map_option, parse_name_map, rename
-from monitor.schema import STORE_FILE
+from monitor.store.schema import STORE_FILE
 
 
 def say_renamed(renamed: dict[str, str]) -> None:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 
 def _load_config(path: Path):  # -> MonitorConfig
+    from core.typed_config import read_yaml_mapping
     from monitor.config import MonitorConfig
-    from monitor.typed_config import read_yaml_mapping
 
     data = read_yaml_mapping(path, "monitor config")
     if isinstance(data.get("monitor"), dict):
@@ -26,7 +26,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, help="write to this file instead of stdout")
     args = parser.parse_args(argv)
 
-    from monitor.rules import rules_yaml
+    from monitor.alerting.rules import rules_yaml
 
     text = rules_yaml(_load_config(args.config) if args.config else None)
     if args.out:

@@ -32,8 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-from monitor.errors import UserError
-from monitor.schema import (
+from core.errors import UserError
+from monitor.store.schema import (
     APP_ID,
     CHUNK_STEPS,
     MAX_STEP,

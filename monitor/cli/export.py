@@ -21,9 +21,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TextIO
 
-from monitor.damage import StoreDamaged
-from monitor.errors import UserError
-from monitor.reader import RunReader
+from core.errors import UserError
+from monitor.store.damage import StoreDamaged
+from monitor.store.reader import RunReader
 
 FORMATS = ("csv", "jsonl")
 
@@ -50,7 +50,7 @@ def write_rows(rows: Iterable[tuple[int, str, float]], fmt: str, out: TextIO) ->
 
 def _rows(run: Path, start: int | None, end: int | None) -> Iterator[tuple[int, str, float]]:
     """The store's rows. If a damaged part stops them, the rest come from a salvaged copy
-    (monitor/salvage.py), after the last row already written, with one warning saying
+    (monitor/store/salvage.py), after the last row already written, with one warning saying
     what was unreadable and lost."""
     last: tuple[int, str] | None = None
     try:
@@ -61,7 +61,7 @@ def _rows(run: Path, start: int | None, end: int | None) -> Iterator[tuple[int, 
         return
     except StoreDamaged as err:
         damage = err
-    from monitor.salvage import salvaged
+    from monitor.store.salvage import salvaged
 
     try:
         with salvaged(damage.path) as (copy, report), RunReader(copy) as reader:

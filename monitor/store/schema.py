@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from monitor.errors import UserError
-from monitor.histograms import QUANTILES
-from monitor.records import Action, Alert
+from core.errors import UserError
+from monitor.store.histograms import QUANTILES
+from monitor.store.records import Action, Alert
 
 STORE_FILE = "store.sqlite"
 APP_ID = "minirl"
@@ -205,7 +205,7 @@ def _check_identity(conn: sqlite3.Connection, path: Path) -> int:
             row = conn.execute("SELECT value FROM meta WHERE key = 'app'").fetchone()
     except (sqlite3.DatabaseError, UnicodeDecodeError) as err:
         if "malformed" in str(err) or isinstance(err, UnicodeDecodeError):  # damaged pages
-            from monitor.damage import StoreDamaged
+            from monitor.store.damage import StoreDamaged
 
             raise StoreDamaged(path, "the table list", str(err)) from None
         raise _not_a_store(path, str(err)) from None

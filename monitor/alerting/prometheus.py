@@ -84,7 +84,7 @@ class PrometheusExporter:
         try:
             self._server, self._thread = start_http_server(port, addr=addr, registry=self.registry)
         except OSError as err:
-            from monitor.errors import UserError
+            from core.errors import UserError
 
             raise UserError(f"cannot serve Prometheus metrics on {addr}:{port}: {err}") from err
         self.port = self._server.server_port

@@ -23,9 +23,9 @@ import dataclasses
 import re
 from typing import Any
 
+from monitor.alerting.prometheus import ALERT_OPEN, METRIC
 from monitor.config import MonitorConfig
 from monitor.detectors.config import LevelRule
-from monitor.prometheus import ALERT_OPEN, METRIC
 
 GROUP = "minirl"
 _R_NONFINITE = "roll back to the last healthy checkpoint and lower the learning rate"

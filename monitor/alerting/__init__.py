@@ -1,0 +1,1 @@
+"""Alert delivery: the Prometheus exporter and its alert rules, and the webhook."""
