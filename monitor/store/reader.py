@@ -21,7 +21,6 @@ from typing import Any, Literal
 import numpy as np
 
 from core.errors import UserError
-from monitor.store import schema
 from monitor.store.damage import reading, reads
 from monitor.store.histograms import QUANTILES
 from monitor.store.records import (
@@ -34,6 +33,7 @@ from monitor.store.records import (
     RunSummary,
     severity_rank,
 )
+from monitor.store.run_store import schema
 from monitor.store.schema import SCHEMA_VERSION, STORE_FILE, runs_below, store_path
 from monitor.store.thinning import thin
 
