@@ -5,7 +5,11 @@ update), `eval` (every 5 steps) and `step`. A corpus row holds the rollout's num
 numbers of the step's last optimizer update, and the eval's numbers under `eval/`; values
 unchanged, strings, booleans and nulls dropped. Runs whose rollout rewards and evals are
 identical to a run already taken (one reference run copied into several experiment
-folders) are skipped. Usage: python cs336_shibuki.py <mirror git dir> <out dir>
+folders) are skipped. The repository's history holds earlier executions of the same
+experiments (reruns replaced them at the same paths): a version whose rollout rewards are
+not a prefix of a run already taken (nor the reverse) is a run of its own, taken in its
+longest committed version and named with its commit. Usage:
+python cs336_shibuki.py <mirror git dir> <out dir>
 """
 
 from __future__ import annotations
@@ -72,13 +76,45 @@ def rows_of(text: str) -> list[dict]:
     return [{"step": s, **steps[s]} for s in sorted(steps)]
 
 
+def _git(git_dir: str, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", git_dir, *args], capture_output=True, text=True, check=True
+    ).stdout
+
+
+def _rewards(rows: list[dict]) -> tuple:
+    return tuple(r["reward"] for r in rows if "reward" in r)
+
+
+def _same_run(a: tuple, b: tuple) -> bool:
+    n = min(len(a), len(b))
+    return n >= 2 and a[:n] == b[:n]
+
+
+def _history(git_dir: str) -> list[tuple[str, str, str]]:
+    """(commit, path, blob) of every committed version of a ch7 run log, oldest first."""
+    commits = _git(git_dir, "log", "--all", "--reverse", "--date-order", "--format=%H").split()
+    seen, out = set(), []
+    for c in commits:
+        for line in _git(git_dir, "ls-tree", "-r", c).splitlines():
+            meta, path = line.split("\t", 1)
+            blob = meta.split()[2]
+            log = "/ch7/" in path and path.endswith("/metrics.jsonl")
+            if log and blob not in seen and "/sft_256_step100/" not in path:  # that one: SFT
+                seen.add(blob)
+                out.append((c, path, blob))
+    return out
+
+
 def main(git_dir: str, out: str) -> None:
     seen: dict[tuple, str] = {}
     for exp, run in RUNS:
         path = f"{ROOT}/{exp}/runs/{run}/metrics.jsonl"
         text = subprocess.run(
             ["git", "-C", git_dir, "show", f"{COMMIT}:{path}"],
-            capture_output=True, text=True, check=True,
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout
         rows = rows_of(text)
         key = tuple((r["step"], r.get("reward"), r.get("eval/reward")) for r in rows)
@@ -88,7 +124,28 @@ def main(git_dir: str, out: str) -> None:
             continue
         seen[key] = name
         Path(out, f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-        print(f"{name}\t{path}\t{len(rows)} steps")
+        print(f"{name}\t{path}\t{len(rows)} steps\t{COMMIT}")
+    taken = [
+        _rewards(rows_of(_git(git_dir, "show", f"{COMMIT}:{ROOT}/{e}/runs/{r}/metrics.jsonl")))
+        for e, r in RUNS
+    ]
+    older: list[tuple[str, str, list[dict]]] = []  # (commit, path, rows), one per run
+    for commit, path, blob in _history(git_dir):
+        rows = rows_of(_git(git_dir, "cat-file", "-p", blob))
+        rewards = _rewards(rows)
+        if len(rewards) < 20 or any(_same_run(rewards, t) for t in taken):
+            continue
+        same = [i for i, (_, _, o) in enumerate(older) if _same_run(_rewards(o), rewards)]
+        if not same:
+            older.append((commit, path, rows))
+        elif len(rows) > len(older[same[0]][2]):
+            older[same[0]] = (commit, path, rows)
+    for commit, path, rows in older:
+        run = path.split("/runs/")[1].split("/")[0]
+        name = "cs336shibuki_" + run.lower().replace("(", "").replace(")", "").replace(".", "")
+        name += "_" + commit[:8]
+        Path(out, f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        print(f"{name}\t{path}\t{len(rows)} steps\t{commit}")
 
 
 if __name__ == "__main__":
