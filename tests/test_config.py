@@ -84,7 +84,7 @@ def test_override_forms():
             "run_dir=/tmp/x",
             "run_dir=null",  # the last one wins
             "cold_start.betas=[0.8, 0.9]",
-            "monitor.remediation.policy.max_rollbacks=5",
+            "monitor.remediation.max_rollbacks=5",
             "train.routing_replay=none",
         ],
     )

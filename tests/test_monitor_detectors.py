@@ -625,7 +625,7 @@ def test_config_overrides_are_strict_and_typed():
         ({"detectors": {"grad_norm": {"persist": "2"}}}, "expected an integer"),
         ({"detectors": {"grad_norm": {"direction": "high"}}}, "expected one of 'up'"),
         ({"remediation": {"icepop_band": [1]}}, "expected a list of 2 items"),
-        ({"store": 3}, "'monitor.store.run_store': expected a mapping"),
+        ({"store": 3}, "'monitor.store': expected a mapping"),
     ]:
         with pytest.raises(UserError, match=msg):
             MonitorConfig.from_dict(bad)

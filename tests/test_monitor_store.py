@@ -457,7 +457,7 @@ def test_chunked_series_equal_the_rows_across_boundaries_truncation_and_migratio
 
 
 def test_a_v1_store_is_migrated_to_chunks_by_the_writer(tmp_path, monkeypatch):
-    from monitor.store.run_store import schema as store_mod
+    from monitor.store import schema as store_mod
 
     monkeypatch.setattr("monitor.store.schema.CHUNK_STEPS", 4)
     path = tmp_path / "old"

@@ -33,7 +33,7 @@ from monitor.store.records import (
     RunSummary,
     severity_rank,
 )
-from monitor.store.run_store import schema
+from monitor.store import schema
 from monitor.store.schema import SCHEMA_VERSION, STORE_FILE, runs_below, store_path
 from monitor.store.thinning import thin
 
