@@ -235,5 +235,4 @@ def _markdown(r: dict, args: argparse.Namespace) -> str:
         ("CPU s, median", "cpu_median_s"),
     ):
         lines.append(_row(label, [f"{et[e][key]:.3f}" for e in ENGINES]))
-    lines += ["", "Notes on these runs (checked by hand): `megatron_notes.md`."]
     return "\n".join(lines) + "\n"

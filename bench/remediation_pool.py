@@ -10,7 +10,8 @@ incident never happened) against the run without remediation. Where the twin its
 more than 5 points lower, no remediation can be sure not to lose the pair: the best it can
 do is give the run back what the incident took. `--noise` adds how often a fork with no
 action at all ends that much lower (`minirl bench remediation-noise`).
-Writes bench/results/remediation_pooled.md and .json.
+Writes bench/results/remediation.md and .json; the JSON keeps every pair, so a new batch of
+seeds is pooled with it: `minirl bench remediation-pool bench/results/remediation.json NEW.json`.
 """
 
 from __future__ import annotations
@@ -166,7 +167,8 @@ def write(rows: list[dict], noise: tuple[int, int] | None, command: str, out: Pa
             f"A fork with no action at all (same run, another seed from a checkpoint) ends "
             f"more than 5 points lower in {noise[0]}/{noise[1]} forks."
         )
-    lines += ["", "Tables: " + ", ".join(f"`{t}`" for t in sorted({r["table"] for r in rows}))]
+    lines += ["", "Tables pooled: " + ", ".join(f"`{t}`" for t in sorted({r["table"] for r in rows}))]
+    lines += ["", "Every pair is in the JSON beside this page (`pairs`), so it pools with new tables."]
     out.write_text("\n".join(lines) + "\n")
     obj = {
         "command": command,
@@ -176,6 +178,7 @@ def write(rows: list[dict], noise: tuple[int, int] | None, command: str, out: Pa
         "stable_runs": len(stable),
         "stable_runs_with_an_action": touched,
         "noise_forks_lower": None if noise is None else {"lower": noise[0], "forks": noise[1]},
+        "pairs": [{k: v for k, v in r.items() if k != "table"} for r in rows],
     }
     out.with_suffix(".json").write_text(json.dumps(obj, indent=1) + "\n")
 
@@ -186,7 +189,7 @@ def main(argv: list[str]) -> int:
     )
     p.add_argument("tables", nargs="+", type=Path, help="remediation tables (.json)")
     p.add_argument("--noise", type=Path, help="a remediation-noise table (.json)")
-    p.add_argument("--out", default=str(RESULTS / "remediation_pooled.md"))
+    p.add_argument("--out", default=str(RESULTS / "remediation.md"))
     args = p.parse_args(argv)
     rows = load(args.tables)
     noise = noise_share(args.noise) if args.noise else None

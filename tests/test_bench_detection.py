@@ -442,6 +442,8 @@ def test_remediation_tables_pool_with_the_bound_of_the_incident_undone(tmp_path)
     assert pooled["all"]["twin_worse"] == 1 and pooled["all"]["incident_pairs"] == 3
     assert pooled["stable_runs_with_an_action"] == 1 and pooled["stable_runs"] == 2
     assert "| **all** | 5 | 1 | 1/1 | 1/1 | 1/5 |" in out.read_text()
+    again = remediation_pool.load([out.with_suffix(".json")])  # the pooled table pools again
+    assert remediation_pool.summarise(again) == remediation_pool.summarise(rows)
     with pytest.raises(UserError, match="disjoint"):
         remediation_pool.load([tmp_path / "a.json", tmp_path / "a.json"])
     (tmp_path / "bad.json").write_text("{not json")

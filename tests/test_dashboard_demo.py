@@ -16,7 +16,7 @@ terminal output announced the incident and sums up the actions.
 
 `MINIRL_FULL_DEMO=1` also runs the full demo (vLLM, 70 steps, ~2-5 min) and, with
 `MINIRL_DEMO_SCREENSHOTS=DIR`, saves the Live page once the loop is on it (the run still
-live) and at the end, and the Alerts page at the end, to DIR (bench/results/demo_*.png
+live) and at the end, and the Alerts page at the end, to DIR (docs/images/demo_*.png
 are made so).
 """
 
