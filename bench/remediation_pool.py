@@ -167,8 +167,9 @@ def write(rows: list[dict], noise: tuple[int, int] | None, command: str, out: Pa
             f"A fork with no action at all (same run, another seed from a checkpoint) ends "
             f"more than 5 points lower in {noise[0]}/{noise[1]} forks."
         )
-    lines += ["", "Tables pooled: " + ", ".join(f"`{t}`" for t in sorted({r["table"] for r in rows}))]
-    lines += ["", "Every pair is in the JSON beside this page (`pairs`), so it pools with new tables."]
+    tables = ", ".join(f"`{t}`" for t in sorted({r["table"] for r in rows}))
+    lines += ["", f"Tables pooled: {tables}.", ""]
+    lines += ["Every pair is in the JSON beside this page (`pairs`): it pools with new tables."]
     out.write_text("\n".join(lines) + "\n")
     obj = {
         "command": command,
