@@ -21,6 +21,7 @@ from typing import Any, Literal
 import numpy as np
 
 from core.errors import UserError
+from monitor.store import schema
 from monitor.store.damage import reading, reads
 from monitor.store.histograms import QUANTILES
 from monitor.store.records import (
@@ -33,7 +34,6 @@ from monitor.store.records import (
     RunSummary,
     severity_rank,
 )
-from monitor.store import schema
 from monitor.store.schema import SCHEMA_VERSION, STORE_FILE, runs_below, store_path
 from monitor.store.thinning import thin
 

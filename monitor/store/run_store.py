@@ -26,10 +26,10 @@ from typing import Any, Literal
 
 from core.errors import UserError
 from monitor.remediation import actions as action_kinds
+from monitor.store import schema
 from monitor.store.damage import reading, reads
 from monitor.store.histograms import HistogramRow
 from monitor.store.records import Action, Alert, AlertDraft
-from monitor.store import schema
 from monitor.store.schema import (
     _QCOLS,
     APP_ID,
