@@ -15,13 +15,13 @@ from core.errors import UserError
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "stability": ("bench.lab.stability", "the paper's matrix at small scale (resumable)"),
     "detection": ("bench.detection.cli", "detector lead time, misses, false alarms vs rlwatch"),
-    "remediation": ("bench.remediation", "closed loop: runs with remediation off and on, in pairs"),
+    "remediation": ("bench.remediation.cli", "closed loop: runs with remediation off and on"),
     "remediation-noise": (
-        "bench.remediation_noise",
+        "bench.remediation.noise",
         "how far apart runs end when only chance separates them (forks)",
     ),
     "remediation-pool": (
-        "bench.remediation_pool",
+        "bench.remediation.pool",
         "remediation tables pooled, beside the bound no policy beats",
     ),
     "speed": ("bench.speed.cli", "diagnostics overhead, TRL comparison, engines, store"),
@@ -32,6 +32,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "reliability": ("bench.reliability.cli", "fault injection and fuzzing of every parser"),
     "scale": ("bench.scale", "data-parallel training: 1 vs 2 processes, memory per rank"),
     "megatron": ("bench.megatron", "Megatron vs transformers engine: accuracy, step time"),
+    "watch": ("bench.watch", "minirl watch: lag and CPU cost following a live run"),
 }
 
 

@@ -16,8 +16,8 @@ import pytest
 
 from bench.detection import corpus, monitors
 from bench.detection.score import LEAD_GOAL, RunScore, score_run, summarise
-from bench.remediation import read_arm
-from bench.remediation_verdicts import Arm, Pair, judge
+from bench.remediation.cli import read_arm
+from bench.remediation.verdicts import Arm, Pair, judge
 from core.errors import UserError
 from monitor import Monitor, RunReader
 from monitor.detectors.config import CLIP_ON
@@ -205,7 +205,7 @@ def test_the_verdicts_read_the_measured_final_accuracy_and_report_the_last_eval_
 
 
 def test_an_on_arm_without_an_action_shares_its_off_arms_measurement():
-    from bench.remediation import _final_from_off
+    from bench.remediation.cli import _final_from_off
 
     off = Arm("r", False, None, 0.47, 0.5, final_measured=True, evals=[0.2, 0.4])
     same = _final_from_off(Arm("r", False, None, 0.40, 0.5, evals=[0.2, 0.4]), off)
@@ -311,7 +311,7 @@ def test_a_fork_continues_from_its_checkpoint_with_another_seed(tiny_config):
     import dataclasses
 
     from bench.detection import lab
-    from bench.remediation_noise import FORK_SEED, fork
+    from bench.remediation.noise import FORK_SEED, fork
     from trainer.run import train
 
     cfg = tiny_config(train={"steps": 4})
@@ -366,7 +366,7 @@ def test_a_budget_run_without_a_rollback_stands_in_for_the_default_one(tmp_path)
     """The default's folder is read first; where it lacks a run, the `--budget` run stands
     in only if it took no rollback (with one, the default run would differ); with
     `--budget` itself, its own folder alone."""
-    from bench.remediation import _on_run
+    from bench.remediation.cli import _on_run
 
     redo, budget = tmp_path / "runs-remediation-redo", tmp_path / "runs-remediation"
     _finished_run(budget / "a/seed1", 0.4)
@@ -383,7 +383,7 @@ def test_a_budget_run_without_a_rollback_stands_in_for_the_default_one(tmp_path)
 def test_the_twin_is_the_stable_run_with_remediation_else_without(tmp_path):
     """The default's arm folder may lack stable runs: the twin falls back to the stable
     run without remediation; where both exist, the one with remediation is the twin."""
-    from bench.remediation import _twin
+    from bench.remediation.cli import _twin
 
     off, on = tmp_path / "runs", tmp_path / "runs-remediation"
     _finished_run(off / "stable_base/seed1", 0.40)
@@ -409,7 +409,8 @@ def test_remediation_tables_pool_with_the_bound_of_the_incident_undone(tmp_path)
     """Two tables written by the benchmark's own writer pool into per-config verdicts; the
     'incident undone' column judges the stable twin as a remediation would be judged; a
     pair in two tables and a file that is not a table are one message each."""
-    from bench import remediation, remediation_pool
+    from bench.remediation import cli as remediation
+    from bench.remediation import pool as remediation_pool
 
     def arm(collapsed, final, actions=()):
         return Arm("r", collapsed, 50 if collapsed else None, final, 0.6, actions=list(actions))

@@ -23,7 +23,7 @@ import statistics
 from pathlib import Path
 
 from bench import RESULTS
-from bench.remediation_verdicts import TOLERANCE, undone_is_worse
+from bench.remediation.verdicts import TOLERANCE, undone_is_worse
 from core.errors import UserError
 
 FIELDS = (

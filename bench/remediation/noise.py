@@ -27,7 +27,7 @@ from pathlib import Path
 from bench import RESULTS
 from bench.detection import lab
 from bench.lab import final_eval
-from bench.remediation_verdicts import TOLERANCE
+from bench.remediation.verdicts import TOLERANCE
 from core.errors import UserError
 
 FORK_SEED = 1000

@@ -42,7 +42,7 @@ from pathlib import Path
 from bench import RESULTS
 from bench.detection import corpus, lab
 from bench.lab import final_eval, policy_eval
-from bench.remediation_verdicts import TOLERANCE, Arm, Pair, judge, undone_is_worse
+from bench.remediation.verdicts import TOLERANCE, Arm, Pair, judge, undone_is_worse
 from core.errors import UserError
 from monitor.config import MonitorConfig
 from monitor.store.reader import RunReader
