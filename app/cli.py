@@ -18,6 +18,7 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("app.demo", "short live training run plus the dashboard"),
     "train": ("trainer.train", "run training from a YAML config"),
+    "config": ("trainer.config_cli", "print the whole run config, every key with its meaning"),
     "dashboard": ("dashboard.serve", "serve the Streamlit dashboard over a folder of runs"),
     "analyze": ("monitor.cli.analyze", "post-hoc analysis of a run (collapse onset, precursors)"),
     "export": ("monitor.cli.export", "every recorded scalar as step,name,value rows"),
@@ -43,6 +44,7 @@ EXTRA_OF: dict[str, str] = {
 # only show as a dead server.
 NEEDS: dict[str, tuple[str, ...]] = {
     "train": ("torch", "transformers", "safetensors"),
+    "config": ("torch",),
     "build-model": ("torch", "transformers", "safetensors"),
     "demo": ("torch", "transformers", "safetensors", "streamlit"),
     "dashboard": ("streamlit",),
