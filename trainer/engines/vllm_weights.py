@@ -34,16 +34,15 @@ from trainer.engines.base import WeightSyncError
 from trainer.engines.config import WeightQuant
 
 # Accepted engine-vs-training differences of log π on the probe tokens after a sync.
-# fp32: the kernels differ only in summation order (measured ≈ 1e-6 max).
+# fp32: the kernels differ only in summation order, far below this tolerance.
 FP32_MAX_ABS_TOL = 1e-4
-# bf16: the rounding error grows with the model's sharpness (mean |Δ| 1e-3 on a fresh tiny
-# model, 0.1-0.4 with weights x3-x5), and MoE routing flips make the max unbounded. So the
-# bound is on the mean and calibrated on every sync by the same model run in bf16 by
-# transformers: mean |Δ| (vLLM bf16 vs fp32) <= max(floor, factor * mean |Δ| (transformers
-# bf16 vs fp32)). Measured: vLLM's error is 0.9-1.1x transformers' on a healthy policy,
-# 3.0x on a collapsing one (an lr-ramp lab run at step 63: sharp logits, many routing
-# flips; a factor of 3 stopped that run as a failed sync); unpacked MoE experts give
-# 10-15x. It cannot see a sync that skipped one small step (fp32 runs can).
+# bf16: the rounding error grows with the model's sharpness, and MoE routing flips make
+# the max unbounded. So the bound is on the mean and calibrated on every sync by the same
+# model run in bf16 by transformers: mean |Δ| (vLLM bf16 vs fp32) <= max(floor, factor *
+# mean |Δ| (transformers bf16 vs fp32)). vLLM's error is about transformers' on a healthy
+# policy and a few times it on a collapsing one (sharp logits, many routing flips), which
+# the factor must let through; a broken sync (e.g. unpacked MoE experts) is well beyond
+# it. It cannot see a sync that skipped one small step (fp32 runs can).
 BF16_MEAN_ABS_FLOOR = 5e-3
 BF16_NOISE_FACTOR = 5.0
 
