@@ -2,25 +2,18 @@
 
 Severities mean something (they are what a user sees and what remediation acts on):
 
-- `info` (`LevelRule`): a level worth showing, e.g. a large training-inference mismatch.
-  Shown on the dashboard and in `minirl analyze`, never paged, never acted on. A mismatch
-  that has been large since step 1 is a setting of the run, not a breakdown.
+- `info` (`LevelRule`): a level worth showing, e.g. a large training-inference mismatch;
+  never paged, never acted on (a mismatch large since step 1 is a setting of the run).
 - `warning` (`ChangeRule`): a precursor. A factor of the IS weight w_t = ρ_t·r_t
-  (training-inference ρ, staleness r, routing inside either, the first-order residual) or
-  an optimisation signal (gradient norm, entropy, clip and truncation fractions) has moved
-  against the run's *own* baseline, in the direction that precedes collapses, and stayed
-  there. A setting of the run that moved (`SETTINGS`: the lr, the mini-batches per
-  rollout, the rollout precision) is a precursor too, and the cause of what follows;
-  being exact, it warns the step it moves. Absolute levels warn only where the theory
-  gives them a meaning (`LevelRule` with severity warning: the share of tokens past the
-  IS cap).
-- `critical`: a breakdown under way. Joint evidence (`BreakdownRule`: several precursors
-  at once, or one with the outcome falling), the outcome itself falling hard
-  (`DropRule`), or non-finite values (`NonFiniteRule`).
+  (training-inference ρ, staleness r, routing, the first-order residual) or an
+  optimisation signal moved against the run's *own* baseline, in the direction that
+  precedes collapses, and stayed there. A setting that moved (`SETTINGS`) is a precursor
+  too, and the cause of what follows; being exact, it warns the step it moves. Absolute
+  levels warn only where the theory gives them a meaning (tokens past the IS cap).
+- `critical`: a breakdown under way: joint evidence (`BreakdownRule`), the outcome
+  falling hard (`DropRule`), or non-finite values (`NonFiniteRule`).
 
-The defaults were chosen once on a tuning set of runs and frozen; `minirl bench
-detection` reports them on runs never used for tuning and on public logs of other
-trainers (evidence: bench/results/detection.md).
+The defaults were chosen once on a tuning set of runs and frozen (bench/results/detection.md).
 """
 
 from __future__ import annotations
