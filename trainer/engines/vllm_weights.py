@@ -3,18 +3,13 @@
 Three steps, each a function, so that tests can run them apart:
 
 1. `checkpoint_tensors`: the training model's weights under the names `save_pretrained`
-   writes (transformers 5 keeps MoE experts fused as 3-D tensors, `experts.gate_up_proj`
-   [E, 2I, H] and `experts.down_proj` [E, H, I]; the checkpoint and vLLM's loader use one
-   tensor per expert). The conversion is transformers' own `revert_weight_conversion`, the
-   code `save_pretrained` runs, so the names match the checkpoint vLLM loaded. Simulated
-   weight quantisation (`quant.py`) is applied here, exactly as the PyTorch engine does.
-2. `reload`: vLLM's in-place `reload_weights(weights_iterator=...)` through
-   `LLM.collective_rpc` (in-process: the tensors are passed, not serialised), a reset of
-   the prefix cache (blocks computed by the old weights), then
-   `repack_cpu_moe_experts`: on CPU, vLLM 0.32 skips the expert-weight prepack
-   (`cpu_prepack_moe_weight`) when weights are *updated* (`is_weight_update` in
-   `UnquantizedFusedMoEMethod._setup_kernel`), so the experts would run on unpacked
-   weights. We redo the prepack of `w13_weight`/`w2_weight` into the same storage.
+   writes (transformers' own `revert_weight_conversion` splits the fused 3-D MoE experts
+   into one tensor per expert, as the checkpoint vLLM loaded has them), with the simulated
+   weight quantisation (`quant.py`) the PyTorch engine applies.
+2. `reload`: vLLM's in-place `reload_weights` through `LLM.collective_rpc` (in-process:
+   tensors passed, not serialised), a reset of the prefix cache (blocks of the old
+   weights), then `repack_cpu_moe_experts`: on CPU, vLLM 0.32 skips the expert-weight
+   prepack when weights are *updated*, so we redo it into the same storage.
 3. `check_sync`: the engine's log-probabilities of a probe batch against the training
    model's (float32 reference). A failed check raises `WeightSyncError`.
 
