@@ -4,19 +4,15 @@
         [--out bench/results/megatron.md]
 
 Three `minirl train configs/demo.yaml` runs, identical but for the training engine
-(torch; megatron; megatron with expert parallel 2 on two processes, `--nproc 2 --set
-engine.megatron.expert_model_parallel_size=2`, one torch thread each): the demo's tiny
-Qwen3-MoE after its cached cold start, vLLM bf16 rollouts, R3 (`train.routing_replay=R3`:
-vLLM's routes replayed in the θ_old pass and the update), the same seed, --steps steps,
-without the demo's scripted incident and with remediation off (so that nothing but the
-engine differs). Reports the held-out accuracy of the inference engine (`eval/acc`) at
-every evaluation side by side, the median step time and its training part
-(`perf/train_s`: the θ_old pass and the update; the rollout and the evaluations are
-vLLM's in all), the mean training-inference mismatch and the gradient norms. Writes --out
-(Markdown, with the command) and the numbers as JSON beside it. Not part of the test
-suite (about 12 minutes on 2 CPU cores); existing finished runs are reused. Because a
-shared machine makes per-step times noisy, the training part of the two one-process
-engines is also timed alone on one fixed batch, interleaved.
+(torch; megatron; megatron with expert parallel 2 on two processes, one torch thread
+each): vLLM bf16 rollouts, R3, the same seed, --steps steps, without the demo's scripted
+incident and with remediation off, so that nothing but the engine differs. Reports the
+held-out accuracy (`eval/acc`) at every evaluation side by side, the median step time and
+its training part (`perf/train_s`), the mean training-inference mismatch and the gradient
+norms; writes --out (Markdown, with the command) and JSON beside it. Not part of the test
+suite; finished runs are reused. Since a shared machine makes per-step times noisy, the
+training part of the two one-process engines is also timed alone on one fixed batch,
+interleaved.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ import ast
 import dataclasses
 import functools
 import inspect
+import itertools
 import textwrap
 from typing import Any
 
@@ -36,7 +37,7 @@ def _own_field_docs(cls: type) -> dict[str, str]:
         return {}
     body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
     docs: dict[str, str] = {}
-    for node, after in zip(body, body[1:], strict=False):
+    for node, after in itertools.pairwise(body):
         if (
             isinstance(node, ast.AnnAssign)
             and isinstance(node.target, ast.Name)

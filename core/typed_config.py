@@ -1,22 +1,17 @@
 """Typed configs: plain YAML data <-> a tree of dataclasses, checked against type hints.
 
-The one loader of every config in the project, the trainer's run config and the
-monitor's `MonitorConfig` alike (it lives here because the monitor must not import the
-trainer, and it needs no torch). It converts and type-checks values (bool, int, float,
-str, Literal, Optional/unions, tuple, list, dict, nested dataclasses), rejects unknown
-keys, merges a partial mapping onto a section's default (so a rule whose default sets
-some fields keeps them), parses the `--set a.b=c` overrides of every command, and turns
-the `ValueError` of a dataclass's `__post_init__` into a `UserError` that names the key
-path. It knows nothing about which sections exist and holds no defaults (they live only
-in the dataclasses).
+The one loader of every config in the project (the trainer's run config and the
+monitor's `MonitorConfig`; torch-free, so the monitor can use it). It converts and
+type-checks values (bool, int, float, str, Literal, unions, tuple, list, dict, nested
+dataclasses), rejects unknown keys, merges a partial mapping onto a section's default,
+parses the `--set a.b=c` overrides, and turns the `ValueError` of a dataclass's
+`__post_init__` into a `UserError` naming the key path. It holds no defaults.
 
-Numbers, for every section alike (a field's own limits are its `__post_init__`'s): a
-float is finite (NaN and ±inf are refused), an integer is at most 2^53 in magnitude
-(what a JSON reader keeps exactly), and a field whose default is a positive number (a size, count,
-rate, threshold or time) takes no negative value.
-
-YAML (core/safe_yaml.py) is read with YAML 1.2 scalars, safely and within bounds:
-deep nesting, huge integers and duplicate keys are refused with their line.
+Numbers, for every section alike: a float is finite, an integer is at most 2^53 in
+magnitude (what a JSON reader keeps exactly), and a field whose default is a positive
+number takes no negative value. YAML (core/safe_yaml.py) is read with YAML 1.2
+scalars, safely and within bounds: deep nesting, huge integers and duplicate keys are
+refused with their line.
 """
 
 from __future__ import annotations

@@ -229,7 +229,7 @@ def charts_body(
     fp = fingerprint(summary)
     rec = load_records(path, fp)
     last_step = summary.last_step
-    # episodes closer than 0.2 % of the run look joined on a chart anyway; then at most
+    # episodes closer than a 500th of the run look joined on a chart anyway; then at most
     # MAX_SPANS
     spans = merge_spans(breakdown_spans(rec.alerts, last_step), gap=max(1, last_step // 500))
     spans = limit_spans(spans, MAX_SPANS)

@@ -4,20 +4,17 @@ Both engines hold the same weights θ_old; their difference is numerics, kernels
 settings and, for MoE, routing. With ℓ_t = log π_old − log μ_old = log ρ_t on tokens that
 μ_old sampled (MiniRL, arXiv 2512.01374 eq. 5, the first factor):
 
-    mismatch/kl_k1   mean(−ℓ)            unbiased for KL(μ_old ‖ π_old), the paper's metric
-    mismatch/kl_k2   ½ mean(ℓ²)          low-variance, biased (Schulman 2020, "k2")
-    mismatch/kl_k3   mean(ρ − 1 − ℓ)     unbiased and ≥ 0 per token ("k3")
+    mismatch/kl_k1, kl_k2, kl_k3   mean(−ℓ), ½ mean(ℓ²), mean(ρ − 1 − ℓ): KL(μ_old ‖ π_old)
+                                   estimators (k1 the paper's; Schulman 2020)
     mismatch/ratio_{mean,min,max,p01,p99}   of ρ_t (quantiles: linear interpolation)
     mismatch/frac_outside_band  share of tokens with ρ_t outside band (default [0.5, 2])
-    mismatch/chi2_token  mean((ρ_t − 1)²): χ²(π_old ‖ μ_old) per token
-    mismatch/chi2_seq    mean_i((ρ(y_i) − 1)²), ρ(y) = Π_t ρ_t: χ² of sequence weights
-    mismatch/ess         (Σ_i ρ(y_i))² / (N Σ_i ρ(y_i)²) ∈ (0, 1]: normalised effective sample
-                         size of the N sequence weights (1 = no mismatch)
+    mismatch/chi2_token, chi2_seq  mean((ρ_t − 1)²), mean_i((ρ(y_i) − 1)²), ρ(y) = Π_t ρ_t
+    mismatch/ess         (Σ_i ρ(y_i))² / (N Σ_i ρ(y_i)²) ∈ (0, 1]: normalised ESS
     mismatch/prob_corr   Pearson correlation of token probabilities π_old vs μ_old
     mismatch/max_abs_prob_diff  per response max_t |π_old − μ_old|, then mean over responses
 
-Sequence-level sums run over each response's tokens; responses without tokens are left out.
-This module neither bins histograms (the monitor does) nor looks at routing (`routing.py`).
+Responses without tokens are left out. No histograms (the monitor bins) nor routing
+(`routing.py`) here.
 """
 
 from __future__ import annotations

@@ -2,21 +2,18 @@
 
 MiniRL, arXiv 2512.01374 eq. 6: in an MoE the token weight also depends on which experts
 were routed, e^π vs e^μ. Given top-k index tensors [B, T, L, k] of two engines (-1 =
-unknown), one call compares one pair. Only (token, layer) entries with mask = 1 and all k
+unknown), one call compares one pair; only (token, layer) entries with mask = 1 and all k
 indices known on both sides count. A call with `name=N` returns
 
     routing/N                         share of (token, layer) whose top-k SET differs
     routing/N/layer<i>                the same, per layer i (layers with no known entry omitted)
     routing/N/overlap                 mean |A ∩ B| / k over (token, layer)
     routing/N/tokens_any_layer_diff   share of tokens whose set differs in any layer
-    routing/N/load_cv                 coefficient of variation (std/mean over experts) of
-                                      the expert load of experts_a, averaged over layers
+    routing/N/load_cv                 std/mean over experts of experts_a's load, layer mean
 
-and, only when N == "mismatch_train_infer" (the headline pair e^π_old vs e^μ_old), the same
-three summaries under the unsuffixed names `routing/overlap`,
-`routing/tokens_any_layer_diff`, `routing/load_cv`. So the trainer can call it for the
-train-infer pair and for the stale pair (N = "mismatch_stale") and merge both dicts without
-a collision. This module does not capture or replay routing; the engines do.
+and, for N == "mismatch_train_infer" (e^π_old vs e^μ_old), the last three also under the
+unsuffixed names `routing/overlap`, ..., so the train-infer and stale pairs
+(N = "mismatch_stale") merge without a collision. Capture and replay are the engines'.
 """
 
 from __future__ import annotations

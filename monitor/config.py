@@ -50,8 +50,8 @@ def _default_histograms() -> tuple[HistogramSpec, ...]:
     return (
         # per-token entropy in nats: 0 .. ln(22k) ≈ 10 covers vocabularies up to ~22k tokens
         HistogramSpec("*entropy*", 0.0, 10.0, 50),
-        # log ρ, log r, log w: |log w| of 5-14 happens on isolated tokens (measured in every
-        # mode) and lands in the under/overflow bins; exact p01/p99/min/max are stored beside
+        # log ρ, log r, log w: isolated tokens with a far larger |log w| happen in every
+        # mode and land in the under/overflow bins; exact p01/p99/min/max are stored beside
         HistogramSpec("*log*", -5.0, 5.0, 50),
         HistogramSpec("*len*", 0.0, 1024.0, 64),
         HistogramSpec("*", -5.0, 5.0, 50),

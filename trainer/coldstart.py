@@ -52,8 +52,8 @@ class ColdStartConfig:
     at stop_at_sampled_acc."""
     stop_at_sampled_acc: float | None = 0.3
     """Stop once the sampled (temperature 1) accuracy on check_prompts train-split prompts
-    reaches this: RL needs room to improve, and the accuracy crosses 20-60 % within a few
-    dozen steps, at a step that moves with seeds and thread counts, so a fixed step count
+    reaches this: RL needs room to improve, and the accuracy crosses a wide range within a
+    few dozen steps, at a step that moves with seeds and thread counts, so a fixed step count
     would land anywhere in that range (`minirl bench coldstart`). null: run all steps."""
     check_every: int = 5
     """Steps between accuracy checks (each decodes check_prompts responses)."""

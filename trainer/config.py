@@ -131,8 +131,8 @@ class RunConfig:
     """Most recent checkpoints kept on disk (rollback needs at least one healthy one)."""
     threads: int | None = 1
     """torch intra-op threads of the trainer process; null: torch's default (one per core).
-    1 by default: with vLLM and the dashboard beside it on 2 cores, two spinning OpenMP
-    threads made small ops up to 65x slower (measured on this machine under load)."""
+    1 by default: with vLLM and the dashboard beside it on 2 cores, spinning OpenMP
+    threads contend for the cores and make small ops many times slower under load."""
     model: ModelConfig = field(default_factory=ModelConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)

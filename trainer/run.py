@@ -3,20 +3,16 @@
     run = train(load_config("configs/demo.yaml"))
 
 Around each `rl_step` (trainer/step.py) the loop applies scripted incidents and the
-monitor's pending actions at the step boundary, syncs the new weights into the inference
-engine (verified by the engine), evaluates held-out accuracy periodically, logs one
-`Monitor.log` per step, and checkpoints. It holds the engines only through their
-protocols (trainer/engines/base.py); factory.py picks the backends. `resume=True`
-continues from the last checkpoint with the store truncated to it, so no step is lost or
-logged twice; a run killed before its first checkpoint resumes from its start (the
-cold-start state), exactly as a new run would. A step whose gradient or log-probabilities
-are not finite trains nothing (the engine skips the update) and is recorded; NONFINITE_STOP
-of them in a row stop the run without checkpointing the diverged state. A rollback
-restores an earlier checkpoint exactly (weights, optimiser, RNG, data position) but keeps
-counting steps forward: the rolled-back branch stays in the store as evidence; the run
-ends when its data position reaches `train.steps` (`train.rollback_redo`, the default:
-the undone steps are trained again), or after `train.steps` steps taken without it. What
-happens at a step boundary (incidents, actions, rollback) is in trainer/boundary.py.
+monitor's pending actions at the step boundary (trainer/boundary.py), syncs the new
+weights into the inference engine (verified), evaluates held-out accuracy periodically,
+logs one `Monitor.log` per step, and checkpoints. It holds the engines only through their
+protocols (trainer/engines/base.py). `resume=True` continues from the last checkpoint
+with the store truncated to it, so no step is lost or logged twice. A step whose gradient
+or log-probabilities are not finite trains nothing and is recorded; NONFINITE_STOP in a
+row stop the run without checkpointing the diverged state. A rollback restores an earlier
+checkpoint exactly but keeps counting steps forward (the rolled-back branch stays in the
+store); the run ends when its data position reaches `train.steps`
+(`train.rollback_redo`), or after `train.steps` steps taken without it.
 """
 
 from __future__ import annotations

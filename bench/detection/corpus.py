@@ -5,21 +5,17 @@ about it. Two sources, both committed so the benchmark is reproducible without a
 
 - `bench/data/lab/<config>/seed<k>.jsonl.gz`: runs of `configs/lab/incidents/` exported
   from their run stores (`export_lab_run`): a header line (config, seed, the scripted
-  incidents with their steps, the induced cause as a factor), then one line per step.
-- `bench/data/real/<id>.jsonl`: public per-step logs of other trainers (verl, TRL, ...),
-  names mapped as `minirl import` maps them (`monitor.importers.names.rename`, with the
-  run's `map` in `labels.json` where a plain script's names need the `--map` a user would
-  pass); `SOURCES.md` cites each.
+  incidents, the induced cause as a factor), then one line per step.
+- `bench/data/real/<id>.jsonl`: public per-step logs of other trainers, names mapped as
+  `minirl import` maps them (with the run's `map` in `labels.json` where a plain script
+  needs `--map`); `SOURCES.md` cites each.
 
-Labels come from outcomes only, by one written rule for every run: `monitor.analysis.analyze`'s
-collapse onset on the first outcome metric present (training accuracy, reward, held-out
-accuracy). A run whose reward held while its held-out accuracy lost half its gain is
-`ambiguous`: the two outcomes disagree, so it counts neither as a collapse nor as stable.
-A lab run with an incident that did not collapse is `survived`: its alerts are
-reported apart, as neither hits nor false alarms. The tuning/report split is fixed before
-any result: lab seeds 0 and 4 tune, the others (1-3, then 5-8) report; a real run tunes
-when the first byte of sha1(its source repository) is even, so all runs of one source sit
-on the same side.
+Labels come from outcomes only, by one written rule: `monitor.analysis.analyze`'s
+collapse onset on the first outcome metric present. A run whose reward held while its
+held-out accuracy lost half its gain is `ambiguous`, counted neither way. A lab run whose
+incident did not collapse it is `survived`, reported apart. The tuning/report split is fixed before any result:
+`TUNING_SEEDS` tune, the other lab seeds report; a real run tunes when the first byte of
+sha1(its source repository) is even, so all runs of one source sit on the same side.
 """
 
 from __future__ import annotations
@@ -51,12 +47,9 @@ DATA = REPO / "bench" / "data"
 TUNING_SEEDS = (0, 4)
 """Lab seeds whose runs chose the defaults; every other seed is in the report set."""
 UNSEEN_SEEDS = tuple(range(37, 105))
-"""Report seeds first run after the last change designed on lab runs: the only lab seeds
-that nothing in the current defaults, rule or threshold, could have been fitted to. That
-change read clipping as a setting (`clip_off`, after seeds 0-36 had been scored); the drop
-rules' changes since came from a simulation and from how verifiers score, and move one
-lab alert (a critical at a run's last step). Seeds 41-104 were run after all of them.
-(Seeds 25-36 were that for the defaults before it: 30 of 36 caught then, `detection.md`.)"""
+"""Report seeds first run after the last change to the defaults designed on lab runs:
+the only lab seeds that nothing in the current defaults, rule or threshold, could have
+been fitted to (reported apart in bench/results/detection.md)."""
 Stream = list[tuple[int, dict[str, float]]]
 Label = Literal["collapse", "stable", "survived", "ambiguous"]
 

@@ -64,7 +64,7 @@ class RunSummary:
     """The last evaluation's held-out accuracy."""
     late_eval: float | None
     """Mean held-out accuracy of the last LATE_EVALS evaluations after step 0: what the
-    comparisons use, since an unstable policy swings by 20 points between evaluations."""
+    comparisons use, since an unstable policy swings widely between evaluations."""
     onset: Onset | None
     """The earlier collapse onset of reward/acc and eval/acc; None: no collapse."""
     entropy: tuple[float, float] | None

@@ -2,32 +2,17 @@
 
     minirl bench remediation [--seeds 1 2] [--jobs 2] [--runs runs/incidents]
 
-Closed loop, in pairs: every incident config of `configs/lab/incidents/` (a healthy run
-plus a scripted incident with a known cause) and its stable twins, each seed once with
-`train.remediation=false` (`<runs>/<config>/seed<k>`, the detection benchmark's runs)
-and once with `true` and the trainer's default `train.rollback_redo=true` (a rollback's
-undone steps are trained again; `<runs>-remediation-redo/<config>/seed<k>`). `--budget`
-sets `train.rollback_redo=false` instead (`train.steps` counts steps taken;
-`<runs>-remediation/`); a run of it that took no rollback stands in for a missing run of
-the default, which would be the same run. Runs that exist are reused; missing ones are
-trained (`bench.detection.lab`). Outcomes by the detection benchmark's one rule
-(`bench.detection.corpus.label_run`).
-
-Per pair: collapsed without and with remediation, held-out accuracy of the inference
-engine at the end (μ at the last checkpoint, re-measured with 32 responses per held-out
-prompt: `bench.lab.final_eval`; the run's own last `eval/acc` samples 2, too few to tell
-5 points apart) and at its best (`eval/acc`), the first precursor, the first automatic
-action, the recovery (the first evaluation after the action back within 5 points of the
-last one before the episode, which began `onset_margin` steps before its first alert),
-and every action with its outcome. *Rescued*: it collapses without, not with, and ends
-within 5 points of its stable twin (same seed, remediation on). *Worse*: remediation's
-final accuracy more than 5 points below the run without it, or a collapse only with it.
-Per stable run with remediation on: its automatic actions and the accuracy it cost.
-Beside the verdicts, the incident pairs on which undoing the incident entirely (the stable
-twin) would itself be judged worse: pairs no policy can be sure not to lose.
-Beside μ's accuracy, π's (the trained weights in fp32, at each checkpoint the run kept,
-cached in the run directory): the verdicts read μ, as they did before π was measured.
-Writes bench/results/remediation.md and remediation.json.
+Closed loop, in pairs: every config of `configs/lab/incidents/` (a scripted incident with
+a known cause, or a stable twin), each seed once with `train.remediation=false` (the
+detection benchmark's runs) and once with `true` and the default `train.rollback_redo`
+(`--budget`: a fixed number of steps taken instead). Existing runs are reused; missing
+ones are trained. Outcomes by the detection benchmark's one rule (`label_run`).
+Per pair: collapsed without and with remediation, μ's final held-out accuracy re-measured
+precisely (`bench.lab.final_eval`), the first precursor, action and recovery, and every
+action with its outcome; verdicts (*rescued*, *worse*) in remediation_verdicts.py. Per
+stable run: its automatic actions and what they cost. Beside the verdicts, the pairs on
+which undoing the incident entirely would itself be judged worse, and π's accuracy (the
+trained fp32 weights). Writes bench/results/remediation.md and remediation.json.
 """
 
 from __future__ import annotations

@@ -1,21 +1,19 @@
 """Prometheus exporter: every scalar of a run as a gauge, plus the monitor's alert state.
 
 Metric families (all labelled by `run`, the run directory's name):
-- `minirl_metric{run, name}`: the latest value of each logged scalar, under its canonical
-  name (`name="mismatch/kl_k1"`). One family with a `name` label rather than one sanitised
-  family per metric: our names contain '/' that Prometheus names cannot, and sanitising
-  could merge two metrics (`a/b`, `a_b`). PromQL selects by label just as easily:
-  `minirl_metric{name="policy/entropy"}`. NaN and ±inf are exported as they are.
+- `minirl_metric{run, name}`: the latest value of each scalar under its canonical name.
+  One family with a `name` label rather than one sanitised family per metric: our names
+  contain '/', and sanitising could merge two metrics (`a/b`, `a_b`). NaN and ±inf are
+  exported as they are.
 - `minirl_step{run}`: the last logged step; `minirl_last_log_timestamp_seconds{run}`.
 - `minirl_alert_open{run, detector, metric, severity, factor}`: 1 while a monitor alert
-  is open, 0 once its detector cleared it — so the monitor's baseline-relative detectors
-  (robust z, CUSUM, drop from peak), which PromQL cannot reproduce, still reach
-  Alertmanager through the `MinirlMonitorAlert` rule (`rules.py`).
+  is open, 0 once cleared, so the baseline-relative detectors, which PromQL cannot
+  reproduce, reach Alertmanager through the `MinirlMonitorAlert` rule (`rules.py`).
 - `minirl_alerts_total{run, detector, severity, factor}`: alerts raised, a counter.
 
 Each exporter owns a `CollectorRegistry` (or takes one, for tests), so several runs in one
-process never collide and nothing lands in the global default registry. The HTTP server
-binds 127.0.0.1 unless told otherwise. This module does not evaluate alert rules.
+process never collide. The HTTP server binds 127.0.0.1 unless told otherwise. This module
+does not evaluate alert rules.
 """
 
 from __future__ import annotations

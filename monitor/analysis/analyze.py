@@ -1,35 +1,19 @@
 """Post-hoc analysis of a run: collapse onset, precursors ranked by lead, the factor first broken.
 
-Definitions, stated once (they are what `minirl analyze` reports):
-
-Outcome. The first of OUTCOME_METRICS logged with at least MIN_POINTS finite values
-(training accuracy or reward per step; held-out accuracy as a fallback), unless chosen.
-
-Collapse. The outcome is smoothed by a centred running median over w = clip(n/25, 5, 51)
-logged points (odd). peak = the maximum of the smoothed curve; final = the median of the
-last w raw values. Using the monitor's own drop rule (config `reward_collapse`, or
-`eval_collapse` for eval/acc), the run collapsed when the peak gained at least
-`min_peak_gain` over low (`zero`, a policy that learned nothing, or the smoothed curve's
-lowest point before the peak if that is lower: a +1/−1 reward starts below 0) and the
-final level has lost at least `crit_drop` of that gain: (peak − final) / (peak − low) ≥
-crit_drop.
-
-Onset. The first step after the peak from which the smoothed outcome stays below
-peak − ONSET_FRAC · (peak − final) until the end: where a fifth of the fall is done.
-
-Precursor. Every other metric (not the outcome's family, not perf/*) is tested against
-its own pre-onset baseline: the first half of the steps before the onset. On log scale
-for a positive metric (as the detectors do), else raw: z = (x − median) / max(1.4826·MAD,
-floor). The metric moved at the first step after the baseline where |z| ≥ Z_MOVED for
-PERSIST consecutive points (a non-finite value counts as infinitely far). lead = onset −
-moved; precursors are the metrics that moved at or before the onset, ranked by lead.
-
-Factor first broken. The factor of the IS decomposition (train_inference for ρ_t,
-staleness for r_t, routing inside either; monitor/store/records.py) of the earliest-moving precursor
-among those factors' metrics; the factor of each metric comes from the detector rule
-watching it, else from its namespace.
-
-Not here: the HTML rendering (analyze_report.py) and the CLI (analyze_cli.py).
+Definitions, stated once (what `minirl analyze` reports):
+- Outcome: the first of OUTCOME_METRICS with at least MIN_POINTS finite values, unless chosen.
+- Collapse: the outcome smoothed by a centred running median over w = clip(n/25, 5, 51)
+  points; peak = its maximum, final = the median of the last w raw values. By the
+  monitor's own drop rule (`reward_collapse`, or `eval_collapse` for eval/acc), the run
+  collapsed when the peak gained at least `min_peak_gain` over low (`zero`, or the lowest
+  smoothed point before the peak if lower) and (peak − final) / (peak − low) ≥ crit_drop.
+- Onset: the first step after the peak from which the smoothed outcome stays below
+  peak − ONSET_FRAC · (peak − final) to the end.
+- Precursor: any other metric (not the outcome's family, not perf/*) whose robust z
+  against its pre-onset baseline (the first half of the steps before the onset; log scale
+  for a positive metric) reaches Z_MOVED for PERSIST points; lead = onset − moved.
+- Factor first broken: the factor of the earliest-moving precursor among the IS factors'
+  metrics (from the detector rule watching it, else its namespace).
 """
 
 from __future__ import annotations

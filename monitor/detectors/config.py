@@ -2,25 +2,18 @@
 
 Severities mean something (they are what a user sees and what remediation acts on):
 
-- `info` (`LevelRule`): a level worth showing, e.g. a large training-inference mismatch.
-  Shown on the dashboard and in `minirl analyze`, never paged, never acted on. A mismatch
-  that has been large since step 1 is a setting of the run, not a breakdown.
+- `info` (`LevelRule`): a level worth showing, e.g. a large training-inference mismatch;
+  never paged, never acted on (a mismatch large since step 1 is a setting of the run).
 - `warning` (`ChangeRule`): a precursor. A factor of the IS weight w_t = ρ_t·r_t
-  (training-inference ρ, staleness r, routing inside either, the first-order residual) or
-  an optimisation signal (gradient norm, entropy, clip and truncation fractions) has moved
-  against the run's *own* baseline, in the direction that precedes collapses, and stayed
-  there. A setting of the run that moved (`SETTINGS`: the lr, the mini-batches per
-  rollout, the rollout precision) is a precursor too, and the cause of what follows;
-  being exact, it warns the step it moves. Absolute levels warn only where the theory
-  gives them a meaning (`LevelRule` with severity warning: the share of tokens past the
-  IS cap).
-- `critical`: a breakdown under way. Joint evidence (`BreakdownRule`: several precursors
-  at once, or one with the outcome falling), the outcome itself falling hard
-  (`DropRule`), or non-finite values (`NonFiniteRule`).
+  (training-inference ρ, staleness r, routing, the first-order residual) or an
+  optimisation signal moved against the run's *own* baseline, in the direction that
+  precedes collapses, and stayed there. A setting that moved (`SETTINGS`) is a precursor
+  too, and the cause of what follows; being exact, it warns the step it moves. Absolute
+  levels warn only where the theory gives them a meaning (tokens past the IS cap).
+- `critical`: a breakdown under way: joint evidence (`BreakdownRule`), the outcome
+  falling hard (`DropRule`), or non-finite values (`NonFiniteRule`).
 
-The defaults were chosen once on a tuning set of runs (the stability lab's seeds 0-1 and
-incident runs) and frozen; `minirl bench detection` reports them on runs never used for
-tuning, and on public logs of other trainers (bench/results/detection.md).
+The defaults were chosen once on a tuning set of runs and frozen (bench/results/detection.md).
 """
 
 from __future__ import annotations
@@ -153,9 +146,9 @@ class DropRule:
     drawdown_margin: float = 2.0
     """A noisy EWMA's running peak rises with the run (~√(2 ln m)·σ_e over m independent
     values) and its troughs deepen alike, so a fall must also exceed that expected range,
-    2·√(2 ln m)·σ_e, by this many σ_e (`DropDetector.noise_k`). Chosen among 1-4 on a
-    simulated stable one-prompt reward (paged within 600 steps: 37/40 → 5/40) as the
-    largest that moves no lab alert. An open alert clears on the fall, not the guard."""
+    2·√(2 ln m)·σ_e, by this many σ_e (`DropDetector.noise_k`): the largest margin that
+    keeps a noisy stable reward from paging without delaying a real collapse's alert
+    (bench/results/detection.md). An open alert clears on the fall, not the guard."""
     cooldown: int = 50
     enabled: bool = True
 
@@ -201,7 +194,7 @@ def setting_rule(
     """A change rule on a setting of the run (`SETTINGS`). A setting is exact, not a noisy
     estimate, so its change is known the step it happens: no median of the last points
     and no persistence (which guard the other rules against noise and would only delay
-    this one by 3-5 steps, most of the lead before a fast collapse); spread floor 1 %."""
+    this one by a few steps, most of the lead before a fast collapse); spread floor 1 %."""
     return ChangeRule(
         metric, factor, direction, remedy, min_change=fold, recent=1, persist=1, sigma_floor=0.01
     )
@@ -211,9 +204,8 @@ def drift_rule(metric: str, floor: float, fold: float) -> ChangeRule:
     """A training-inference mismatch drifting up from the run's early level (`anchored`).
 
     A mismatch's level is set by the two engines' numerics and the policy's entropy, so it
-    starts where it will stay: healthy runs hold it within 2× (entropy itself moves less
-    than 2× in the lab's and the public logs' stable runs; the lab's kl_k3 at most 3.2×
-    over 100 steps). A sustained rise of several times is the engines diverging (a
+    starts where it will stay: healthy runs hold it within a small factor (their entropy
+    moves little). A sustained rise of several times is the engines diverging (a
     kernel, a stale weight sync, the policy moving where the rollout engine's numerics
     fail), the slow build-up public reports show before mismatch collapses. The fold is
     4× for a KL (quadratic in the log-ratio ℓ) and 2× for a mean |ℓ| or |Δp| (linear): the

@@ -1,19 +1,16 @@
 """Console logs: the metrics a trainer prints to stdout, read out of the surrounding text.
 
-Many runs are shared only as the text their trainer printed (`python -m
-verl.trainer.main_ppo ... | tee run.log`). Three kinds of line carry metrics:
+Many runs are shared only as the text their trainer printed (`... | tee run.log`).
+Three kinds of line carry metrics:
 
-- verl's console logger (`trainer.logger=[console]`): `step:12 - actor/entropy:0.41 -
-  critic/score/mean:np.float64(0.56) - ...` (verl/utils/logger/aggregate_logger.py,
-  `concat_dict_to_str`: keys and `pprint.pformat` of each number, joined by " - "). Ray's
+- verl's console logger: `step:12 - actor/entropy:0.41 - critic/score/mean:np.float64(0.56)`
+  (`concat_dict_to_str` in verl/utils/logger/aggregate_logger.py). Ray's
   `(TaskRunner pid=..)` prefix, timestamps and colour codes before `step:` are ignored.
 - Hugging Face's Trainer (TRL's GRPOTrainer among others) prints each log as a Python
-  dict: `{'loss': 0.01, 'grad_norm': 0.5, 'reward': 0.4, ..., 'epoch': 0.02}`. It carries no
-  step: the train logs are numbered 1, 2, 3... in order (multiply by `logging_steps` for
-  the optimizer step), and an evaluation dict (`eval_*` keys) joins the train log before
-  it. The final summary (`train_runtime`, ...) is not a step.
-- A JSON object per line (verl's file logger, `print(json.dumps(...))`), read as the JSONL
-  importer reads it.
+  dict. It carries no step: train logs are numbered 1, 2, 3... in order (times
+  `logging_steps` for the optimizer step), an evaluation dict (`eval_*`) joins the train
+  log before it, and the final summary (`train_runtime`, ...) is not a step.
+- A JSON object per line, read as the JSONL importer reads it.
 
 Every other line (warnings, progress bars, tracebacks) is text, not garbage; a line that
 starts like a metric line and cannot be read is garbage.

@@ -1,24 +1,19 @@
 """CSV (or TSV) logs with a header row.
 
 Accepted shapes:
-- wide: step columns (STEP_COLUMNS; a row's step is the first of them it fills) plus one
-  column per metric — a W&B history export (`_step`), a pandas dump of a trainer's log.
-  W&B's chart export ("Step", "<run> - <metric>", "<run> - <metric>__MIN"/"__MAX") works
-  too: the __MIN/__MAX envelope columns are dropped and each "<run> - " prefix names a
-  run (`Parsed.runs`; `Parsed.by_run` splits the values by it).
-- long: `step,name,value` — what `minirl export --format csv` writes — or, as
-  TensorBoard's `experiment.get_scalars()` writes it, `run,tag,step,value` (`wall_time`
-  is ignored).
-- A `run` column, in either shape, makes one run per value of it (run histories
-  concatenated into one table).
+- wide: step columns (STEP_COLUMNS; a row's step is the first it fills) plus one column
+  per metric: a W&B history export, a pandas dump. W&B's chart export ("Step",
+  "<run> - <metric>", its __MIN/__MAX envelope columns dropped) names a run per prefix.
+- long: `step,name,value` (what `minirl export --format csv` writes) or TensorBoard's
+  `get_scalars()` table `run,tag,step,value` (`wall_time` ignored).
+- A `run` column, in either shape, makes one run per value of it.
 - TensorBoard's "Download CSV" (`Wall time,Step,Value`): one metric, named by the file
-  (`run-<run>-tag-<tag>.csv`, see `_tag_from_file_name`).
+  (`run-<run>-tag-<tag>.csv`).
 
-Empty cells are missing values, not garbage. A row is one line (a cell cannot span lines,
-so a stray quote spoils its own row, not the rest of the file); it is garbage when it
-has no step, its step is not a step (an integer in 0..2^53) or its field count differs
-from the header's.
-A leading byte-order mark (a spreadsheet's UTF-8 export) is not part of the first name.
+Empty cells are missing values, not garbage. A row is one line (a stray quote spoils its
+own row only); it is garbage when it has no step, its step is not an integer in
+0..2^53, or its field count differs from the header's. A leading byte-order mark (a
+spreadsheet's UTF-8 export) is not part of the first name.
 """
 
 from __future__ import annotations

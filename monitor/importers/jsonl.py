@@ -1,28 +1,18 @@
 """JSON Lines logs: one JSON object per line, one step per object.
 
 Accepted shapes (each line decides for itself):
-- wide: `{"_step": 3, "actor/entropy": 0.41, ...}` — a W&B history export, or any logger
-  that writes one flat dict per step. The step is the first of STEP_KEYS the row fills
-  (not null or NaN).
-- nested: `{"step": 3, "data": {...}}` — verl's file logger; members of `data` or
-  `metrics` are merged without a prefix, other nested objects are flattened with '/'.
-- long: `{"step": 3, "name": "x", "value": 1.0}` — what `minirl export --format jsonl`
-  writes, so an export re-imports as itself.
-A file that is one JSON document (pretty-printed or not) is read by its shape:
-- an object with a `log_history` list (Hugging Face's trainer_state.json, written by TRL
-  next to every checkpoint): each entry as if it were a line;
-- an array of step objects (`json.dump(history)`, pandas' `orient="records"`): each
-  element as if it were a line;
-- an object of columns, each a list of the same length (`{"step": [...], "loss": [...]}`,
-  pandas' `orient="list"`) or of same-keyed objects (pandas' default
-  `orient="columns"`): row by row; without a step column the row labels are the steps;
-- an object of step objects keyed by integers (pandas' `orient="index"`): each row, the
-  key its step unless the row has a step of its own;
-- pandas' `orient="split"` and `orient="table"`;
-- one step object, pretty-printed.
-A document of none of these shapes is one garbage unit with the reason.
-
-Not read: W&B's `_runtime`, `_timestamp` and other underscore bookkeeping keys.
+- wide: `{"_step": 3, "actor/entropy": 0.41, ...}` (a W&B history export, any flat
+  logger); the step is the first of STEP_KEYS the row fills (not null or NaN).
+- nested: `{"step": 3, "data": {...}}` (verl's file logger); members of `data` or
+  `metrics` are merged without a prefix, other nested objects flattened with '/'.
+- long: `{"step": 3, "name": "x", "value": 1.0}` (`minirl export --format jsonl`).
+A file that is one JSON document is read by its shape: an object with a `log_history`
+list (Hugging Face's trainer_state.json), an array of step objects, an object of
+columns (pandas' `orient="list"` or `"columns"`; without a step column the row labels
+are the steps), an object of step objects keyed by integers (`orient="index"`),
+pandas' `orient="split"` and `"table"`, or one step object. A document of none of these
+shapes is one garbage unit with the reason. W&B's underscore bookkeeping keys
+(`_runtime`, `_timestamp`, ...) are not read.
 """
 
 from __future__ import annotations

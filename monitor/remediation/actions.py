@@ -4,25 +4,8 @@ The single source of truth for what an action may say and do: the remediation po
 the dashboard (which writes requests into the store) and the trainer (which applies them
 at a step boundary) all go through `validate`, and the effect of each kind on the run's
 knobs is the one table `EFFECTS`. An action is data; this module does not decide when to
-act (remediation.py) nor check what only the trainer knows (trainer/controls.py).
-
-Kinds and parameters (`?` = optional):
-
-| kind | params |
-|---|---|
-| set_is_correction | enabled: bool, cap?: float > 1 (token TIS on/off) |
-| set_is_policy | policy: one of IS_POLICIES, cap?: float > 1, band?: [lo < 1 < hi] |
-| set_clip | enabled: bool, eps_low?: 0 < float < 1, eps_high?: float > 0 |
-| set_routing_replay | mode: none|R2|R3 |
-| set_mini_batches | n: int ≥ 1 |
-| set_mini_batches_cap | n: int ≥ 1 (never more mini-batches per rollout from now on) |
-| set_length_norm | enabled: bool |
-| scale_lr | factor: 0 < float ≤ 10 |
-| set_lr_cap | lr: float > 0 (the lr never exceeds it from now on, whatever the schedule) |
-| set_rollout_quant | weight_quant: one of WEIGHT_QUANTS (how the rollout engine rounds weights) |
-| set_rollout_quant_floor | weight_quant: never rounded coarser than this from now on |
-| rollback | step?: int ≥ 0 (absent: the last healthy checkpoint) |
-| stop | (none) |
+act (remediation.py) nor check what only the trainer knows (trainer/controls.py). The
+kinds and their parameters, for users: docs/detection-and-remediation.md.
 
 Applying (the trainer's side): at the next step boundary, for each pending action, apply
 it and call `Monitor.resolve(id, "applied" | "rejected", detail)`. A rollback restores the

@@ -2,52 +2,17 @@
 
 Two tiers, from the paper's recipes (arXiv 2512.01374):
 
-- A precursor (warning) moves the run back to a recommended setting it is not in, and
-  nothing else: the rollout precision back to its format before it dropped (held: a
-  cause is fixed at the cause, not by changing the loss), clipping on when it is off,
-  routing replay when an off-policy MoE run has none, length normalisation off. A run
-  already in the recommended setting is left alone on a warning; an info alert (a level,
-  e.g. a mismatch constant since step 1) is never acted on.
-- IS correction switched off is treated like a learning rate or a mini-batch count the
-  user raised: not undone without evidence that it hurts. A precursor only records the
-  advice (a `remediation_skipped` event that names it); a breakdown turns it on (TIS,
-  cap 5). On the lab's tuning seeds, turning it back on at a precursor prevented no
-  collapse (none of the 9 runs it touched collapsed without it) and left the served model
-  lower in 6 of them: with FP4 rollouts the uncorrected gradient learned faster (IS off
-  from step 40 ended above IS on throughout in 31 of 35 seeds, by 8 points on average),
-  so the correction's cost came before any need for its protection. Clipping off
-  differs: a stale run without it collapsed on every one of those seeds.
-- A breakdown (critical: joint precursors, the outcome falling, non-finite values) rolls
-  back to the last healthy checkpoint before the episode and applies the fix for the
-  factor the alert blames (the one that moved first, or a setting that moved):
+- A precursor (warning) moves the run back to a recommended setting it left, and nothing
+  else (the rollout precision it had, clipping on, routing replay off-policy, length
+  normalisation off). IS correction switched off, like an lr the user raised, is only
+  advised on a precursor: turning it on costs accuracy before it protects anything.
+- A breakdown (critical) rolls back to the last healthy checkpoint before the episode and
+  applies the fix for the blamed factor; a fix that did not hold escalates to the next
+  step of the same recipe. Caps and floors hold for the rest of the run.
 
-| blamed factor | fix |
-|---|---|
-| train_inference | the rollout precision dropped: rollouts no coarser than before, held; |
-| | else IS on; if on, tighten the TIS cap (×0.5, down to 2), then IcePop [0.5, 5] |
-| staleness | clipping on if off, and cap the mini-batches per rollout (held): at their |
-| | number before they rose, when they rose; else at half |
-| routing | off-policy: R2 at ≤ 2 mini-batches, else R3 (R2 → R3); then, by the metric: |
-| | drift across mini-batches → the staleness fix; training vs inference → the IS fix |
-| approximation | length norm off, else IS on, else clipping on, else fewer mini-batches |
-| optimisation | cap the learning rate at half its pre-episode value for the rest of the run |
-
-An outcome alert (reward or held-out accuracy falling) is fixed for the precursor that
-opened first, a setting that moved (the lr, the mini-batches per rollout, the rollout
-precision, clipping) before any symptom. A cause that persists is held off: the lr cap, the
-mini-batch cap and the rollout precision floor last for the rest of the run, so a
-schedule or a scripted change that moves the knob again after the fix cannot undo it.
-
-A fix that did not hold — another breakdown after it — escalates: the next critical
-finds the run in the changed setting and takes the next step of the same recipe (a
-tighter cap, IcePop, fewer mini-batches, a lower cap). Staleness escalates earlier: a
-staleness precursor after the policy's own clipping or mini-batch fix means the fix did
-not hold, and takes the next step (fewer mini-batches) without waiting for a breakdown
-(after `cooldown_steps`, like any second action of a kind). The policy is a pure
-function of its inputs (alerts, controls, the action history), so a resumed run keeps
-its limits: at most `max_attempts` automatic actions per kind (`max_rollbacks`
-rollbacks), `cooldown_steps` between two of a kind, never a duplicate of a pending
-action. It does not apply anything (the trainer does) nor store anything (Monitor does).
+A pure function of the alerts, the controls and the action history, within per-run
+limits (`RemediationConfig`); it neither applies nor stores anything. The recipe table:
+docs/detection-and-remediation.md; the evidence: bench/results/remediation.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,12 @@
 """The run store's schema: tables, versions and migrations, and the row decoders.
 
 Version in `PRAGMA user_version`; `MIGRATIONS[v]` upgrades a store from v to v + 1 inside
-the writer's transaction (readers never migrate: they ask for the run to be opened by a
-writer). Tables:
-    meta(key, value)                    app='minirl', run_id, created_at, config, controls (JSON)
+the writer's transaction (readers never migrate). Tables:
+    meta(key, value)                    app='minirl', run_id, created_at, config, controls
     metrics(id, name, kind)             kind 'scalar' | 'histogram'
     steps(step, time)                   one row per log call: the heartbeat
-    scalars(metric_id, step, value)     WITHOUT ROWID, keyed (metric_id, step): range scans
-    scalar_chunks(metric_id, lo, hi, n, steps, vals)  v2: the same series as blobs of
-                                        256 steps, written once a chunk is complete
+    scalars(metric_id, step, value)     WITHOUT ROWID, keyed (metric_id, step)
+    scalar_chunks(metric_id, lo, hi, n, steps, vals)  v2: complete 256-step blobs
     histograms(metric_id, step, lo, hi, counts BLOB int64 LE [bins+2], n, ..., p01..p99)
     alerts(id, step, detector, severity, metric, value, baseline, window_steps, factor, ...)
     actions(id, kind, params JSON, reason, source, alert_id, status, step, ...)

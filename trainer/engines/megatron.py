@@ -1,24 +1,18 @@
 """The Megatron training engine (`engine.training: megatron`): π_θ as a megatron-core
 `GPTModel`, with Routing Replay through megatron-core's own RouterReplay.
 
-It implements the `TrainingEngine` protocol of base.py exactly like the transformers
-engine (training.py), so the RL step and the loop do not know which one runs. The
-checkpoint's transformers Qwen3-MoE weights are converted into Megatron's layout at start
-(megatron_convert.py: the same architecture, equal log-probabilities); `model` is a
-transformers module that receives Megatron's current weights, converted back, each time
-it is read: that is what the inference engine syncs from (vLLM, in HF naming) and what
-π's own evaluation samples. R2/R3 and the routing diagnostics use Megatron's routes
-(megatron_routing.py). AdamW and gradient clipping are plain torch over Megatron's
-parameters: the transformers engine's update (update.py), so the two are comparable.
+It implements the `TrainingEngine` protocol of base.py like the transformers engine, so
+the RL step and the loop do not know which one runs. The checkpoint's Qwen3-MoE weights
+are converted into Megatron's layout at start (megatron_convert.py); `model` is a
+transformers module that receives Megatron's current weights, converted back, whenever
+it is read: what the inference engine syncs from and what π's evaluation samples. R2/R3
+and the routing diagnostics use Megatron's routes (megatron_routing.py). AdamW and
+clipping are plain torch, the transformers engine's update (update.py), so the two compare.
 
-One process (this class as it is): world size 1, every parallel size 1, inside a
-1-process gloo world of its own (trainer.distributed.World), since megatron-core needs a
-torch.distributed world even then and an in-process vLLM must keep the default world to
-itself. In a torchrun job the same class is each rank's part of the model
-(megatron_parallel.py): Megatron's parallel state is initialised in the job's world with
-the configured sizes (`engine.megatron`), and the module holds this rank's experts. fp32
-parameters, arch qwen3_moe. On a CPU-only torch the patches of megatron_cpu.py are
-installed first.
+One process: every parallel size 1, in a 1-process gloo world of its own (megatron-core
+needs a torch.distributed world; an in-process vLLM keeps the default one). In a torchrun
+job the same class is each rank's part of the model (megatron_parallel.py), with the sizes
+of `engine.megatron`. fp32, arch qwen3_moe; on a CPU-only torch megatron_cpu.py patches first.
 """
 
 from __future__ import annotations

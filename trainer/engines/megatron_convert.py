@@ -1,27 +1,19 @@
 """A Megatron `GPTModel` with the architecture of a transformers Qwen3-MoE, and the weight
 conversion between the two layouts, both ways.
 
-The same architecture, term by term: RMSNorm (pre-attention, pre-MLP, final), grouped-
-query attention with RMSNorm on each head's queries and keys before RoPE (non-interleaved
-halves, `rope_theta`), SwiGLU experts (gate then up in one fc1), a softmax top-k router
-without bias. Qwen3-MoE's `norm_topk_prob` (softmax over all experts, top-k, renormalise)
-equals Megatron's top-k on the logits then softmax over the k (`moe_router_pre_softmax`
-off); without renormalisation it is Megatron's softmax over all, then top-k (pre-softmax
-on). No aux loss (the RL loss is the only objective), no token dropping.
+The same architecture, term by term: RMSNorm (pre-attention, pre-MLP, final), GQA with
+RMSNorm on each head's queries and keys before RoPE, SwiGLU experts (gate then up in one
+fc1), a softmax top-k router without bias (`norm_topk_prob` maps to
+`moe_router_pre_softmax` off), no aux loss, no token dropping.
 
-Layouts (HF -> Megatron, per layer i):
-    self_attn.{q,k,v}_proj   -> self_attention.linear_qkv, rows grouped per KV head:
-                                [q heads of group g, k_g, v_g] for g = 0 .. kv_heads-1
-    self_attn.o_proj         -> self_attention.linear_proj
-    self_attn.{q,k}_norm     -> self_attention.{q,k}_layernorm
-    input_layernorm          -> input_layernorm
-    post_attention_layernorm -> pre_mlp_layernorm
-    mlp.gate                 -> mlp.router
-    mlp.experts.gate_up_proj [E, 2I, H] -> mlp.experts.local_experts.e.linear_fc1 [2I, H]
-    mlp.experts.down_proj [E, H, I]     -> mlp.experts.local_experts.e.linear_fc2 [H, I]
-and embed_tokens, norm, lm_head -> embedding.word_embeddings, decoder.final_layernorm,
-output_layer (absent when the embeddings are tied). HF names are those of the
-transformers 5 module's `state_dict()` (experts fused as 3-D tensors).
+Layouts (HF -> Megatron, per layer): `self_attn.{q,k,v}_proj` -> `linear_qkv`, rows
+grouped per KV head ([q heads of group g, k_g, v_g]); `o_proj` -> `linear_proj`;
+`{q,k}_norm` -> `{q,k}_layernorm`; `input_layernorm` -> `input_layernorm`;
+`post_attention_layernorm` -> `pre_mlp_layernorm`; `mlp.gate` -> `mlp.router`;
+`experts.gate_up_proj [E, 2I, H]` -> `local_experts.e.linear_fc1 [2I, H]`;
+`experts.down_proj [E, H, I]` -> `local_experts.e.linear_fc2 [H, I]`; embed_tokens, norm,
+lm_head -> word_embeddings, final_layernorm, output_layer (absent when tied). HF names
+are those of the transformers 5 module's `state_dict()` (experts fused as 3-D tensors).
 """
 
 from __future__ import annotations

@@ -1,33 +1,18 @@
 """The only place that patches megatron-core: what it needs to run on a CPU-only torch.
 
-megatron-core assumes a CUDA device in a few spots that a tiny MoE `GPTModel` (local
-layer spec, allgather token dispatcher, one process or expert parallel) passes through.
-Each patch below changes behaviour only where the original would crash without CUDA; on
-a machine where `torch.cuda.is_available()`, `apply()` installs nothing and megatron
-runs unmodified (megatron-core 0.19.2 ran the same model on an H100 with no patch). Checked against
-megatron-core 0.16.1 (the newest release for Python 3.11); `apply()` refuses other
-versions on CPU rather than patching code it was not checked against. Every patch is
-tested (tests/test_megatron_cpu.py).
-
-1. `Router.gating`, `RotaryEmbedding.get_emb`, `DotProductAttention.forward` move a CPU
-   tensor to, or allocate on, `torch.cuda.current_device()` (the router weight, RoPE's
-   inverse frequencies, the attention-score buffer from the global memory buffer). The
-   patch runs them with `torch.cuda.current_device` answering "cpu".
-2. `CudaRNGStatesTracker.fork` (attention dropout's RNG fork) needs CUDA RNG states that
-   only `model_parallel_cuda_manual_seed` (CUDA-only) adds. Without CUDA the fork is a
-   no-op: the CPU generator is used, as everywhere else (the models have no dropout).
-3. `mappings._gather_along_first_dim` / `_reduce_scatter_along_first_dim` (only called
-   with expert or tensor parallel > 1: the allgather dispatcher's token gathers,
-   forward and backward) allocate their output on `torch.cuda.current_device()`: run
-   with it answering "cpu" as in 1. With them, expert parallel 2 runs on 2 gloo
-   processes (tests/test_megatron_ep.py).
-4. `moe_utils.te_general_gemm` is referenced by the router's gating GEMM but defined
-   only when Transformer Engine imports (0.16.1 bug: NameError without TE). Set to
-   None, the value the code's own fallback (`torch.mm`) tests for.
-
-Not patched, avoided by the caller: the alltoall token dispatcher creates a CUDA stream
-(use `moe_token_dispatcher_type="allgather"` on CPU), and the default causal mask is
-allocated with device="cuda" (pass an explicit `attention_mask`).
+Each patch changes behaviour only where the original would crash without CUDA; where
+`torch.cuda.is_available()`, `apply()` installs nothing. Checked against megatron-core
+0.16.1 (`apply()` refuses other versions on CPU); tests/test_megatron_cpu.py tests each.
+1. `Router.gating`, `RotaryEmbedding.get_emb`, `DotProductAttention.forward` allocate on
+   `torch.cuda.current_device()`: they run with it answering "cpu".
+2. `CudaRNGStatesTracker.fork` needs CUDA RNG states: without CUDA the fork is a no-op
+   (the CPU generator is used, as everywhere else; the models have no dropout).
+3. The expert-parallel token gathers (`mappings._gather_along_first_dim`,
+   `_reduce_scatter_along_first_dim`) allocate on the current device: as in 1.
+4. `moe_utils.te_general_gemm` is undefined without Transformer Engine (a NameError in
+   0.16.1): set to None, which the code's own `torch.mm` fallback tests for.
+Not patched, avoided by the caller: the alltoall dispatcher creates a CUDA stream (use
+"allgather" on CPU), and the default causal mask is allocated on CUDA (pass a mask).
 """
 
 from __future__ import annotations

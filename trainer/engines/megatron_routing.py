@@ -1,21 +1,19 @@
 """Routing capture and Routing Replay (R2/R3) of a Megatron MoE model, through
 megatron-core's own RouterReplay (`TransformerConfig.moe_enable_routing_replay`).
 
-Each `TopKRouter` owns a `RouterReplay`: with the action RECORD it keeps the top-k
-indices it chose, with REPLAY_FORWARD it routes through target indices and computes the
-gate weights from its LIVE logits over them (a gather of the scores, then Megatron's
-softmax), so the router weights get gradients (MiniRL, arXiv 2512.01374: R2 replays
-e^π_old, R3 the inference engine's e^μ_old). The routers see tokens sequence-first,
-[S, B, H] flattened to rows s*B + b; the project's layout is [B, S, L, k] (the
-`Rollout.routing` layout of trainer/engines/base.py), transposed here both ways.
+Each `TopKRouter` owns a `RouterReplay`: with RECORD it keeps the top-k indices it chose,
+with REPLAY_FORWARD it routes through target indices and computes the gate weights from
+its LIVE logits over them, so the router gets gradients (arXiv 2512.01374: R2 replays
+e^π_old, R3 the inference engine's e^μ_old). The routers see tokens sequence-first
+([S, B, H], rows s*B + b); the project's layout is [B, S, L, k] (`Rollout.routing`),
+transposed here both ways.
 
-Two things Megatron's replay does not do, added around it without changing it:
+Added around Megatron's replay, without changing it, by a forward pre-hook on the router:
 - a (token, layer) row holding any -1 (padding, the never-fed last token) keeps the live
-  top-k: a forward pre-hook on the router computes its live choice (one extra small
-  matmul through the router's own `gating`) and fills those rows of the target;
-- under replay the same hook records the live choice, so a replayed forward still
-  reports what θ would have routed (the routing-mismatch diagnostics need it). Without
-  replay the routes are Megatron's RECORD.
+  top-k (one extra small matmul through the router's own `gating`);
+- under replay the hook records the live choice, so a replayed forward still reports what
+  θ would have routed (the routing-mismatch diagnostics need it). Without replay the
+  routes are Megatron's RECORD.
 """
 
 from __future__ import annotations

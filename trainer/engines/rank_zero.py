@@ -1,23 +1,17 @@
 """Rank 0's `TrainingEngine` over a policy sharded on the ranks of a torchrun job, and
-the worker loop of the other ranks; shared by the FSDP2 engine (fsdp.py) and the
-Megatron engine's parallel path (megatron_parallel.py).
+the worker loop of the other ranks; shared by FSDP2 (fsdp.py) and Megatron's parallel
+path (megatron_parallel.py).
 
-Every rank holds a *shard*: its part of the policy, with methods that all ranks run
-together (rank 0 passes the whole batch as `data`, the others nothing). Rank 0 holds
-`RankZeroEngine`, the engine the loop sees: each call is broadcast to the other ranks as
-a command (trainer/distributed.py), then run by rank 0's own shard.
-
-The split of one update, exact to the single-process engine's:
-  - forward: rank 0 scatters the rows (contiguous shares), every rank computes log π of
-    its rows, rank 0 gathers whole [B, S] tensors (log π, entropy, routing). The RL step
-    then computes the loss and every diagnostic on the whole batch, unchanged.
-  - backward: rank 0 back-propagates the loss to the gathered log π (a leaf), scatters
-    ∂loss/∂log π by rows, and every rank back-propagates its share through its graph;
-    the shard sums (not averages) the gradients over ranks: ∇θ of the whole batch.
-  - gradient norm, clipping, the non-finite skip and the cosine probe use global sums.
-Rank 0 also keeps an unsharded transformers copy of the weights (`model`, refreshed from
-the shards after each update) for the weight sync into the inference engine and π's
-evaluation. Checkpoints are the subclass's (`state_dict`, `load_state_dict`).
+Every rank holds a *shard*: its part of the policy, with methods all ranks run together
+(rank 0 passes the whole batch as `data`). Rank 0's `RankZeroEngine` is the engine the
+loop sees: each call is broadcast as a command (trainer/distributed.py), then run by rank
+0's own shard. One update, exact to the single-process engine's: rank 0 scatters the rows,
+every rank computes log π of its rows, rank 0 gathers whole [B, S] tensors and the RL step
+computes the loss and diagnostics on the whole batch; rank 0 back-propagates to the
+gathered log π, scatters ∂loss/∂log π, every rank back-propagates its share, and the
+shard sums the gradients over ranks. Norm, clipping, the non-finite skip and the cosine
+probe use global sums. Rank 0 keeps an unsharded transformers copy (`model`, refreshed
+after each update) for the weight sync and π's evaluation. Checkpoints are the subclass's.
 """
 
 from __future__ import annotations

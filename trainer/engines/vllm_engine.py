@@ -1,34 +1,18 @@
 """The vLLM inference engine: μ_old sampled by real vLLM, with its own logprobs and routing.
 
 It loads the same checkpoint directory as the training engine and implements the
-`InferenceEngine` protocol of `base.py`: n samples per prompt (prompt-major), seeded,
-temperature/top-p/top-k as configured, the engine's own log-probability of every sampled
-token (of the distribution actually sampled from: `logprobs_mode="processed_logprobs"`,
-after temperature and top-k/top-p, the same quantity as the PyTorch engine's, so sampler
-mismatch shows in the IS weight), and for MoE models the routed experts of every token
-and layer in the layout the training engine replays (R3, MiniRL arXiv 2512.01374):
-
-- on CPU through vLLM's router capture point (`vllm_routing.py`), because the official
-  `enable_return_routed_experts` needs Model Runner V2, which has no CPU backend;
-- on GPU through `enable_return_routed_experts` (`CompletionOutput.routed_experts`,
-  [seq_len, L, k]): what differs on a GPU is in `vllm_gpu.py`, the one part this
-  project's CPU CI cannot run (tests/test_gpu.py runs it where there is a GPU).
-
-`update_weights` syncs the training model in place through vLLM's
-`collective_rpc("reload_weights")` and verifies the sync on a probe batch
-(`vllm_weights.py`); a failed check raises `WeightSyncError`.
-
-Suited to a 2-core machine: in-process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`,
-executor "uni": start ≈ 3 s, no worker process), eager mode, a sized KV cache, prefix
-caching off (cached tokens would not be routed again, so not captured), no chunked
-prefill (it crashes seeded sampling on CPU). Importing and starting vLLM changes
-process-wide state that a trainer in the same process relies on: it reseeds the global
-RNGs, replaces `torch.set_num_threads` by a no-op, sets LD_PRELOAD and a dozen other
-environment variables (inherited by any child process), starts tqdm's monitor thread.
-We restore all of it.
-Generation runs single-threaded by default: on a shared 2-core machine one thread
-avoids OpenMP spin-wait contention (measured 2-8x faster under load).
-It does not tokenize: prompts and responses are token ids (the tokenizer is not loaded).
+`InferenceEngine` protocol of `base.py`: n seeded samples per prompt (prompt-major), the
+engine's own log-probability of every sampled token (`processed_logprobs`: after
+temperature and top-k/top-p, as the PyTorch engine's, so sampler mismatch shows in the
+IS weight), and for MoE models the routed experts of every token and layer, for R3: on
+CPU through vLLM's router capture point (`vllm_routing.py`), on GPU through
+`enable_return_routed_experts` (what differs on a GPU is in `vllm_gpu.py`).
+`update_weights` syncs in place (`collective_rpc("reload_weights")`) and verifies the
+sync on a probe batch (`vllm_weights.py`). Suited to a 2-core machine: in-process, eager,
+single-threaded generation (OpenMP spin-waits contend under load), a sized KV cache; on
+CPU prefix caching is off (cached tokens are not routed again, so not captured). Starting
+vLLM changes process-wide state (global RNGs, `torch.set_num_threads`, LD_PRELOAD and
+other environment variables, tqdm's thread): we restore all of it. It does not tokenize.
 """
 
 from __future__ import annotations

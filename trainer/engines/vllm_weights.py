@@ -3,18 +3,13 @@
 Three steps, each a function, so that tests can run them apart:
 
 1. `checkpoint_tensors`: the training model's weights under the names `save_pretrained`
-   writes (transformers 5 keeps MoE experts fused as 3-D tensors, `experts.gate_up_proj`
-   [E, 2I, H] and `experts.down_proj` [E, H, I]; the checkpoint and vLLM's loader use one
-   tensor per expert). The conversion is transformers' own `revert_weight_conversion`, the
-   code `save_pretrained` runs, so the names match the checkpoint vLLM loaded. Simulated
-   weight quantisation (`quant.py`) is applied here, exactly as the PyTorch engine does.
-2. `reload`: vLLM's in-place `reload_weights(weights_iterator=...)` through
-   `LLM.collective_rpc` (in-process: the tensors are passed, not serialised), a reset of
-   the prefix cache (blocks computed by the old weights), then
-   `repack_cpu_moe_experts`: on CPU, vLLM 0.32 skips the expert-weight prepack
-   (`cpu_prepack_moe_weight`) when weights are *updated* (`is_weight_update` in
-   `UnquantizedFusedMoEMethod._setup_kernel`), so the experts would run on unpacked
-   weights. We redo the prepack of `w13_weight`/`w2_weight` into the same storage.
+   writes (transformers' own `revert_weight_conversion` splits the fused 3-D MoE experts
+   into one tensor per expert, as the checkpoint vLLM loaded has them), with the simulated
+   weight quantisation (`quant.py`) the PyTorch engine applies.
+2. `reload`: vLLM's in-place `reload_weights` through `LLM.collective_rpc` (in-process:
+   tensors passed, not serialised), a reset of the prefix cache (blocks of the old
+   weights), then `repack_cpu_moe_experts`: on CPU, vLLM 0.32 skips the expert-weight
+   prepack when weights are *updated*, so we redo it into the same storage.
 3. `check_sync`: the engine's log-probabilities of a probe batch against the training
    model's (float32 reference). A failed check raises `WeightSyncError`.
 
@@ -34,16 +29,15 @@ from trainer.engines import quant
 from trainer.engines.base import WeightSyncError
 
 # Accepted engine-vs-training differences of log π on the probe tokens after a sync.
-# fp32: the kernels differ only in summation order (measured ≈ 1e-6 max).
+# fp32: the kernels differ only in summation order, far below this tolerance.
 FP32_MAX_ABS_TOL = 1e-4
-# bf16: the rounding error grows with the model's sharpness (mean |Δ| 1e-3 on a fresh tiny
-# model, 0.1-0.4 with weights x3-x5), and MoE routing flips make the max unbounded. So the
-# bound is on the mean and calibrated on every sync by the same model run in bf16 by
-# transformers: mean |Δ| (vLLM bf16 vs fp32) <= max(floor, factor * mean |Δ| (transformers
-# bf16 vs fp32)). Measured: vLLM's error is 0.9-1.1x transformers' on a healthy policy,
-# 3.0x on a collapsing one (an lr-ramp lab run at step 63: sharp logits, many routing
-# flips; a factor of 3 stopped that run as a failed sync); unpacked MoE experts give
-# 10-15x. It cannot see a sync that skipped one small step (fp32 runs can).
+# bf16: the rounding error grows with the model's sharpness, and MoE routing flips make
+# the max unbounded. So the bound is on the mean and calibrated on every sync by the same
+# model run in bf16 by transformers: mean |Δ| (vLLM bf16 vs fp32) <= max(floor, factor *
+# mean |Δ| (transformers bf16 vs fp32)). vLLM's error is about transformers' on a healthy
+# policy and a few times it on a collapsing one (sharp logits, many routing flips), which
+# the factor must let through; a broken sync (e.g. unpacked MoE experts) is well beyond
+# it. It cannot see a sync that skipped one small step (fp32 runs can).
 BF16_MEAN_ABS_FLOOR = 5e-3
 BF16_NOISE_FACTOR = 5.0
 

@@ -4,10 +4,9 @@ Each kind is a small `draw` function (a random example from an RNG) plus the siz
 its example space, so that the held-out split can be checked to be feasible. The
 written-out addition exists for the lab's purpose: the sequence-level IS weight is a
 product over tokens, so its breakdown only shows on responses of tens of tokens, not three.
-Formats were chosen and measured for a tiny char-level MoE (`minirl bench coldstart`):
-with the default Qwen3-MoE (hidden 64, 2 layers) the fixed-width carry trace of 3-digit
-sums is learnt in ~250 SFT steps (seeds 0-2: 30 % sampled accuracy at steps 225-270,
-≈ 1 CPU-minute); with 400 steps it reaches 97 % greedy. 4 digits take ~350 steps.
+Formats were chosen for a tiny char-level MoE: the fixed-width carry trace of 3-digit
+sums is learnt by the default Qwen3-MoE in a CPU-minute of SFT (`minirl bench
+coldstart` measures it).
 """
 
 from __future__ import annotations
