@@ -13,9 +13,10 @@ about it. Two sources, both committed so the benchmark is reproducible without a
 Labels come from outcomes only, by one written rule: `monitor.analysis.analyze`'s
 collapse onset on the first outcome metric present. A run whose reward held while its
 held-out accuracy lost half its gain is `ambiguous`, counted neither way. A lab run whose
-incident did not collapse it is `survived`, reported apart. The tuning/report split is fixed before any result:
-`TUNING_SEEDS` tune, the other lab seeds report; a real run tunes when the first byte of
-sha1(its source repository) is even, so all runs of one source sit on the same side.
+incident did not collapse it is `survived`, reported apart. The tuning/report split is
+fixed before any result: `TUNING_SEEDS` tune, the other lab seeds report; a real run tunes
+when the first byte of sha1(its source repository) is even, so all runs of one source sit
+on the same side.
 """
 
 from __future__ import annotations
