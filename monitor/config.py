@@ -81,8 +81,11 @@ class RemediationConfig:
     min_cap: float = 2.0
     """...down to this; below it the policy switches to band masking (IcePop)."""
     icepop_band: tuple[float, float] = ICEPOP_BAND
+    """The band [α, β] of IcePop when the policy switches to band masking."""
     eps_low: float = EPS_LOW
+    """ε_low of the clipping the policy turns on."""
     eps_high: float = EPS_HIGH
+    """ε_high of the clipping the policy turns on."""
     lr_factor: float = 0.5
     """A breakdown blamed on the optimisation caps the lr at this × its pre-episode value."""
     onset_margin: int = 5

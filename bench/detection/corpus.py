@@ -1,8 +1,6 @@
 """The labelled runs the detection benchmark scores: lab incident runs and real public logs.
 
-Every run is a list of (step, {metric: value}) in our canonical names, plus what is known
-about it. Two sources, both committed so the benchmark is reproducible without a GPU:
-
+Every run is (step, {metric: value}) rows in our canonical names, plus what is known:
 - `bench/data/lab/<config>/seed<k>.jsonl.gz`: runs of `configs/lab/incidents/` exported
   from their run stores (`export_lab_run`): a header line (config, seed, the scripted
   incidents, the induced cause as a factor), then one line per step.
@@ -13,10 +11,9 @@ about it. Two sources, both committed so the benchmark is reproducible without a
 Labels come from outcomes only, by one written rule: `monitor.analysis.analyze`'s
 collapse onset on the first outcome metric present. A run whose reward held while its
 held-out accuracy lost half its gain is `ambiguous`, counted neither way. A lab run whose
-incident did not collapse it is `survived`, reported apart. The tuning/report split is
-fixed before any result: `TUNING_SEEDS` tune, the other lab seeds report; a real run tunes
-when the first byte of sha1(its source repository) is even, so all runs of one source sit
-on the same side.
+incident did not collapse it is `survived`, reported apart. The split is fixed before any
+result: `TUNING_SEEDS` tune, other lab seeds report; a real run's fold is the parity of
+the first byte of sha1(its source repository), so one source's runs sit on one side.
 """
 
 from __future__ import annotations

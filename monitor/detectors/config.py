@@ -47,15 +47,22 @@ class LevelRule:
     """
 
     metric: str
+    """The canonical metric name the rule watches."""
     factor: Factor
+    """The factor an alert of this rule is blamed on (IS decomposition or optimisation)."""
     direction: Literal["high", "low"]
+    """high: alert at or above `level`; low: at or below it."""
     level: float
     remedy: str
+    """The advice the alert carries (what a person would change)."""
     severity: Severity = "info"
+    """info shows a level; warning makes it a precursor."""
     persist: int = 3
     clear_frac: float = 0.8
+    """The alert clears beyond level·clear_frac (high) or level/clear_frac (low)."""
     clear_after: int = 5
     enabled: bool = True
+    """false: the rule never fires."""
 
 
 @dataclass(frozen=True)
@@ -79,9 +86,13 @@ class ChangeRule:
     """
 
     metric: str
+    """The canonical metric name the rule watches."""
     factor: Factor
+    """The factor an alert of this rule is blamed on (IS decomposition or optimisation)."""
     direction: Literal["up", "down"]
+    """up: a rise is the move that counts; down: a fall."""
     remedy: str
+    """The advice the alert carries (what a person would change)."""
     scale: Scale = "log"
     floor: float = 1e-8
     """Log scale: values below this count as this (changes beneath the noise floor of
@@ -111,6 +122,7 @@ class ChangeRule:
     warm-up, then frozen (`gap` 0). A moving baseline absorbs a slow drift (10× over 400
     steps is 1.2× per 40-point window); this one measures it against where the run began."""
     enabled: bool = True
+    """false: the rule never fires."""
 
 
 @dataclass(frozen=True)
@@ -123,7 +135,9 @@ class DropRule:
     """
 
     metric: str
+    """The outcome metric watched (reward or held-out accuracy)."""
     remedy: str
+    """The advice the alert carries."""
     ewma_alpha: float = 0.1
     """Smoothing of the noisy per-step outcome (1.0 = none)."""
     warmup: int = 20
@@ -136,6 +150,7 @@ class DropRule:
     """Drop that raises a warning (None: the outcome only takes part in the breakdown
     rule, which is where a falling outcome becomes evidence)."""
     crit_drop: float = 0.5
+    """Drop that raises a critical: this share of the gain lost."""
     clear_drop: float = 0.15
     """Hysteresis: the alert clears once the drop is back below this."""
     noise_z: float = 4.0
@@ -150,7 +165,9 @@ class DropRule:
     keeps a noisy stable reward from paging without delaying a real collapse's alert
     (bench/results/detection.md). An open alert clears on the fall, not the guard."""
     cooldown: int = 50
+    """Points that pass before the rule can fire again."""
     enabled: bool = True
+    """false: the rule never fires."""
 
 
 @dataclass(frozen=True)
@@ -177,6 +194,7 @@ class BreakdownRule:
     horizon: int = 30
     outcome: tuple[str, ...] = ("reward/mean", "eval/acc")
     enabled: bool = True
+    """false: the rule never fires."""
 
 
 @dataclass(frozen=True)
@@ -186,6 +204,7 @@ class NonFiniteRule:
     critical_prefixes: tuple[str, ...] = ("optim/", "is/", "approx/", "policy/", "reward/")
     """Metrics under these prefixes are critical when non-finite; others are warnings."""
     enabled: bool = True
+    """false: the rule never fires."""
 
 
 def setting_rule(

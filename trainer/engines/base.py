@@ -30,7 +30,9 @@ class SamplingParams:
     max_new_tokens: int = 16
     """Response length cap; a response that hits it is counted as truncated."""
     temperature: float = 1.0
+    """Sampling temperature of the rollouts."""
     top_p: float = 1.0
+    """Nucleus sampling: keep the smallest set of tokens with this probability mass."""
     top_k: int = 0
     """0 disables top-k."""
 
