@@ -40,11 +40,12 @@ def main(git_dir: str, out: str) -> None:
     rewards = {p: [r["rollout_reward_mean"] for r in rows] for p, rows in runs.items()}
     for path, rows in runs.items():
         mine = rewards[path]
-        longer = [q for q in runs if len(rewards[q]) > len(mine) and rewards[q][: len(mine)] == mine]
+        longer = [q for q, r in rewards.items() if len(r) > len(mine) and r[: len(mine)] == mine]
         if longer:
             print(f"skip {path}: a prefix of {longer[0]}")
             continue
-        name = "cs336deq_" + path.split("/")[1].replace("grpo_", "").replace(".", "").replace("-", "")
+        run = path.split("/")[1].removeprefix("grpo_")
+        name = "cs336deq_" + run.replace(".", "").replace("-", "")
         Path(out, f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         print(f"{name}\t{path}\t{len(rows)} steps\t{COMMIT}")
 
