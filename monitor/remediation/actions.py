@@ -23,6 +23,12 @@ Kinds and parameters (`?` = optional):
 | set_rollout_quant_floor | weight_quant: never rounded coarser than this from now on |
 | rollback | step?: int ≥ 0 (absent: the last healthy checkpoint) |
 | stop | (none) |
+| advice | trainer: str, overrides: [str], step?: int ≥ 0, checkpoint?: str |
+
+`advice` changes nothing: it is what a trainer the monitor cannot steer (verl) should be
+restarted with, recorded for the audit trail as soon as it is given (status `applied`,
+its detail saying nothing was changed): the trainer's own overrides for the fix the
+policy recommends, and the last healthy checkpoint to resume from.
 
 Applying (the trainer's side): at the next step boundary, for each pending action, apply
 it and call `Monitor.resolve(id, "applied" | "rejected", detail)`. A rollback restores the
@@ -49,6 +55,8 @@ WEIGHT_QUANTS = ("none", "fp8_e4m3", "fp8_e5m2", "fp4")
 QUANT_BITS = {"none": 16, "fp8_e4m3": 8, "fp8_e5m2": 8, "fp4": 4}
 """Bits of a rounded weight ("none": the inference dtype's, 16 for bf16/fp16)."""
 MAX_LR_FACTOR = 10.0
+MAX_TEXT, MAX_OVERRIDES = 4096, 64
+"""Bounds of an advice's strings (a path, one override) and of its list of overrides."""
 
 
 def _bool(kind: str, key: str, value: Any) -> bool:
@@ -83,6 +91,18 @@ def _choice(kind: str, key: str, value: Any, allowed: tuple[str, ...]) -> str:
     return value
 
 
+def _text(kind: str, key: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_TEXT:
+        raise UserError(f"action {kind}: {key} must be a non-empty string, got {value!r:.60}")
+    return value
+
+
+def _texts(kind: str, key: str, value: Any) -> list[str]:
+    if not isinstance(value, list | tuple) or len(value) > MAX_OVERRIDES:
+        raise UserError(f"action {kind}: {key} must be a list of strings, got {value!r:.60}")
+    return [_text(kind, key, v) for v in value]
+
+
 def _cap(kind: str, value: Any) -> float:
     return _float(kind, "cap", value, lambda v: v > 1.0, "> 1")
 
@@ -110,6 +130,7 @@ _SPECS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "set_rollout_quant_floor": (("weight_quant",), ()),
     "rollback": ((), ("step",)),
     "stop": ((), ()),
+    "advice": (("trainer", "overrides"), ("step", "checkpoint")),
 }
 KINDS: tuple[str, ...] = tuple(_SPECS)
 
@@ -139,6 +160,10 @@ def _check(kind: str, key: str, value: Any) -> Any:
         return _float(kind, key, value, lambda v: v > 0.0, "> 0")
     if key == "factor":
         return _float(kind, key, value, lambda v: 0.0 < v <= MAX_LR_FACTOR, "in (0, 10]")
+    if key in ("trainer", "checkpoint"):
+        return _text(kind, key, value)
+    if key == "overrides":
+        return _texts(kind, key, value)
     raise AssertionError(key)  # unreachable: keys come from _SPECS
 
 
@@ -200,6 +225,7 @@ EFFECTS: dict[str, tuple[tuple[str, str, Any], ...]] = {
     "set_rollout_quant_floor": (("rollout_quant_floor", "weight_quant", "set"),),
     "rollback": (),  # carried out by the trainer itself, like stop: no knob moves
     "stop": (),
+    "advice": (),  # said, not done: the user restarts the trainer with it
 }
 assert set(EFFECTS) == set(KINDS)
 
