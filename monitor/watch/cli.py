@@ -6,7 +6,9 @@ step goes through the same `Monitor` as our trainer's: store, detectors, alerts,
 optional webhook, Prometheus exporter and dashboard. Peers' metric names are mapped onto
 ours (importers/names.py). Run it again with the same SOURCE and RUN_DIR to resume: it
 continues where it stopped. Ctrl-C or SIGTERM stops it after storing what was read.
-It may start before SOURCE exists: it waits for it (wait.py).
+It may start before SOURCE exists: it waits for it (wait.py). With `--checkpoints DIR`
+(a verl run's checkpoint folder) a breakdown also prints and stores advice: the last
+healthy `global_step_N` and the resume command (monitor/integrations/verl_advice.py).
 """
 
 from __future__ import annotations
@@ -157,6 +159,17 @@ def _print_alert(alert: Any) -> None:
     )
 
 
+def _advising(watcher: Watcher, checkpoints: Path) -> Any:
+    """Print each alert, and at a breakdown the advice for the verl run (verl_advice.py)."""
+    from monitor.integrations.verl_advice import advise
+
+    def on_alert(alert: Any) -> None:
+        _print_alert(alert)
+        advise(watcher.mon, alert.step, [alert], None, checkpoints)
+
+    return on_alert
+
+
 def open_watch(
     source: str,
     out: Path,
@@ -224,6 +237,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--webhook", help="POST each alert as JSON to this URL")
     parser.add_argument("--webhook-format", choices=("json", "slack"), default="json")
     parser.add_argument("--prometheus-port", type=int, help="serve /metrics on 127.0.0.1:P")
+    parser.add_argument(
+        "--checkpoints",
+        type=Path,
+        help="a verl run's trainer.default_local_dir: at a breakdown, advise the last healthy "
+        "global_step_N in it and the resume command",
+    )
     parser.add_argument("--dashboard", action="store_true", help="also serve the dashboard")
     parser.add_argument("--dashboard-port", type=int, default=8501)
     args = parser.parse_args(argv)
@@ -251,6 +270,8 @@ def main(argv: list[str]) -> int:
             notifier.close()
         raise
     watcher.on_alert = _print_alert
+    if args.checkpoints is not None:
+        watcher.on_alert = _advising(watcher, args.checkpoints)
     mon, dashboard = watcher.mon, None
     try:
         last = mon.last_step()
