@@ -40,6 +40,7 @@ ActionKind = Literal[
     "set_rollout_quant_floor",
     "rollback",
     "stop",
+    "advice",
 ]
 """What a remediation action may do (parameters and effects: monitor/remediation/actions.py)."""
 ACTION_KINDS: tuple[ActionKind, ...] = get_args(ActionKind)

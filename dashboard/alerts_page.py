@@ -211,7 +211,8 @@ def request_form(run: RunEntry, alerts: list[Alert]) -> None:
     allowed, why = operator_permission(s, key="token-actions")
     if not allowed:
         st.warning(why)
-    kind = st.selectbox("Action kind", KINDS, key="action-kind")
+    requestable = [k for k in KINDS if k != "advice"]  # advice is the monitor's to give
+    kind = st.selectbox("Action kind", requestable, key="action-kind")
     with st.form("action-form"):
         params = _param_inputs(kind)
         open_ids = [None, *[a.id for a in reversed(alerts) if a.cleared_step is None]]

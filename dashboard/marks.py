@@ -205,6 +205,8 @@ def short(kind: str, params: dict) -> str:
         return f"rollouts {p.get('weight_quant')}"
     if kind == "set_rollout_quant_floor":
         return f"rollouts ≥ {p.get('weight_quant')}"
+    if kind == "advice":
+        return f"advice: resume from step {p['step']}" if "step" in p else "advice"
     return kind
 
 

@@ -397,6 +397,7 @@ def test_every_kind_validates_and_applies_to_controls():
         "set_rollout_quant_floor": ({"weight_quant": "fp4"}, {"rollout_quant_floor": "fp4"}),
         "rollback": ({"step": 40}, {}),
         "stop": ({}, {}),
+        "advice": ({"trainer": "verl", "overrides": ["a.b=1"], "step": 20}, {}),
     }
     assert set(cases) == set(KINDS)
     for kind, (params, changed) in cases.items():
@@ -425,6 +426,10 @@ def test_every_kind_validates_and_applies_to_controls():
         ("scale_lr", {"factor": math.nan}, r"in \(0, 10\]"),
         ("rollback", {"step": -1}, "≥ 0"),
         ("stop", {"now": True}, "unknown param"),
+        ("advice", {"trainer": "verl"}, "missing param"),
+        ("advice", {"trainer": "verl", "overrides": "a=1"}, "list of strings"),
+        ("advice", {"trainer": "verl", "overrides": ["a=1", ""]}, "non-empty string"),
+        ("advice", {"trainer": "", "overrides": []}, "non-empty string"),
         ("explode", {}, "unknown action kind"),
     ],
 )

@@ -247,7 +247,10 @@ def test_user_errors_are_one_line(tmp_path, capsys):
     cases = [
         (["watch", str(tmp_path / "b.jsonl"), "--out", str(tmp_path / "run")], "already holds"),
         (["watch", str(tmp_path / "x.bin"), "--out", str(tmp_path / "r2")], "cannot tell"),
-        (["watch", str(tmp_path / "nodir"), "--format", "tensorboard", "--out", "r"], "no such"),
+        (
+            ["watch", str(tmp_path / "nodir"), "--format", "tensorboard", "--out", "r", "--once"],
+            "no such",
+        ),
         (["watch", str(log), "--out", str(tmp_path / "r3"), "--poll", "0"], "--poll"),
         (["watch", str(log), "--out", str(tmp_path / "r4"), "--map", "x"], "THEIRS=OURS"),
     ]

@@ -24,11 +24,11 @@ from typing import Any
 from core.errors import UserError
 from monitor.remediation.actions import KINDS, validate
 
-INCIDENT_KINDS = tuple(k for k in KINDS if k not in ("rollback", "stop"))
-"""Every action kind but rollback and stop; `set_rollout_quant` is the degraded rollout
-engine (its weights rounded through another format from now on, `engine.weight_quant`),
-an action kind like the others so that a precision floor set by remediation holds
-against it."""
+INCIDENT_KINDS = tuple(k for k in KINDS if k not in ("rollback", "stop", "advice"))
+"""Every action kind but rollback, stop and advice (which changes nothing);
+`set_rollout_quant` is the degraded rollout engine (its weights rounded through another
+format from now on, `engine.weight_quant`), an action kind like the others so that a
+precision floor set by remediation holds against it."""
 
 
 @dataclass(frozen=True)

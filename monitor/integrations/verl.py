@@ -12,10 +12,10 @@ Ray's worker setup hook:
       $HOOK=monitor.integrations.verl.register \\
       +ray_kwargs.ray_init.runtime_env.env_vars.MINIRL_RUN_DIR=/abs/path/runs/my-run
 
-The run directory is $MINIRL_RUN_DIR, else runs/<project>/<experiment> under the current
-directory. No Ray or GPU needed to use `MinirlLogger` itself. The simpler route, with no
-code in verl's process at all, is `trainer.logger='[console,tensorboard]'` followed by
-`minirl watch` on its TensorBoard directory (README).
+The run directory is $MINIRL_RUN_DIR, else runs/<project>/<experiment>. At a breakdown
+the backend stores advice (verl_advice.py): the last healthy `global_step_N` checkpoint
+and verl's overrides for the fix (docs/attach-verl.md). Without code in verl's process:
+`trainer.logger='[console,tensorboard]'` and `minirl watch` on its TensorBoard directory.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import Any
 
 from monitor.importers.names import rename
 from monitor.integrations import log, numeric_logs, warn_alerts
+from monitor.integrations.verl_advice import advise
 from monitor.store.schema import store_path
 
 BACKEND = "minirl"
@@ -55,6 +56,10 @@ class MinirlLogger:
         )
         self.renamed: dict[str, str] = {}
         self._first = True
+        self.config = config if isinstance(config, dict) else {}
+        ckpt = (self.config.get("trainer") or {}).get("default_local_dir")
+        self.checkpoints = Path(ckpt).resolve() if isinstance(ckpt, str) and ckpt else None
+        """verl's checkpoint folder, resolved where verl resolves it (its working directory)."""
 
     def log(self, data: dict[str, Any], step: int) -> None:
         row = rename(numeric_logs(data), self.renamed)
@@ -63,7 +68,9 @@ class MinirlLogger:
             if self._first and last is not None and step <= last:  # resumed from a checkpoint
                 self.mon.truncate_after(step - 1)
             self._first = False
-            warn_alerts(self.mon.log(int(step), row))
+            alerts = self.mon.log(int(step), row)
+            warn_alerts(alerts)
+            advise(self.mon, int(step), alerts, self.config, self.checkpoints)
         except Exception as err:  # monitoring must not stop training
             log.warning("minirl monitor could not log step %s: %r", step, err)
 

@@ -4,7 +4,7 @@ The single source of truth for what an action may say and do: the remediation po
 the dashboard (which writes requests into the store) and the trainer (which applies them
 at a step boundary) all go through `validate`, and the effect of each kind on the run's
 knobs is the one table `EFFECTS`. An action is data; this module does not decide when to
-act (remediation.py) nor check what only the trainer knows (trainer/controls.py). The
+act (policy.py) nor check what only the trainer knows (trainer/controls.py). The
 kinds and their parameters, for users: docs/detection-and-remediation.md.
 
 Applying (the trainer's side): at the next step boundary, for each pending action, apply
@@ -31,6 +31,8 @@ from core.vocabulary import (
 )
 
 MAX_LR_FACTOR = 10.0
+MAX_TEXT, MAX_OVERRIDES = 4096, 64
+"""Bounds of an advice's strings (a path, one override) and of its list of overrides."""
 
 
 def _bool(kind: str, key: str, value: Any) -> bool:
@@ -65,6 +67,18 @@ def _choice(kind: str, key: str, value: Any, allowed: tuple[str, ...]) -> str:
     return value
 
 
+def _text(kind: str, key: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_TEXT:
+        raise UserError(f"action {kind}: {key} must be a non-empty string, got {value!r:.60}")
+    return value
+
+
+def _texts(kind: str, key: str, value: Any) -> list[str]:
+    if not isinstance(value, list | tuple) or len(value) > MAX_OVERRIDES:
+        raise UserError(f"action {kind}: {key} must be a list of strings, got {value!r:.60}")
+    return [_text(kind, key, v) for v in value]
+
+
 def _cap(kind: str, value: Any) -> float:
     return _float(kind, "cap", value, lambda v: v > 1.0, "> 1")
 
@@ -92,6 +106,7 @@ _SPECS: dict[ActionKind, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "set_rollout_quant_floor": (("weight_quant",), ()),
     "rollback": ((), ("step",)),
     "stop": ((), ()),
+    "advice": (("trainer", "overrides"), ("step", "checkpoint")),
 }
 KINDS: tuple[ActionKind, ...] = ACTION_KINDS
 if set(_SPECS) != set(ACTION_KINDS):  # a kind named in the vocabulary has its parameters here
@@ -123,6 +138,10 @@ def _check(kind: str, key: str, value: Any) -> Any:
         return _float(kind, key, value, lambda v: v > 0.0, "> 0")
     if key == "factor":
         return _float(kind, key, value, lambda v: 0.0 < v <= MAX_LR_FACTOR, "in (0, 10]")
+    if key in ("trainer", "checkpoint"):
+        return _text(kind, key, value)
+    if key == "overrides":
+        return _texts(kind, key, value)
     raise AssertionError(key)  # unreachable: keys come from _SPECS
 
 
@@ -184,6 +203,7 @@ EFFECTS: dict[str, tuple[tuple[str, str, Any], ...]] = {
     "set_rollout_quant_floor": (("rollout_quant_floor", "weight_quant", "set"),),
     "rollback": (),  # carried out by the trainer itself, like stop: no knob moves
     "stop": (),
+    "advice": (),  # said, not done: the user restarts the trainer with it
 }
 assert set(EFFECTS) == set(KINDS)
 

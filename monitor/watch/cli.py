@@ -6,16 +6,17 @@ step goes through the same `Monitor` as our trainer's: store, detectors, alerts,
 optional webhook, Prometheus exporter and dashboard. Peers' metric names are mapped onto
 ours (importers/names.py). Run it again with the same SOURCE and RUN_DIR to resume: it
 continues where it stopped. Ctrl-C or SIGTERM stops it after storing what was read.
+It may start before SOURCE exists: it waits for it (wait.py). With `--checkpoints DIR`
+(a verl run's checkpoint folder) a breakdown also prints and stores advice: the last
+healthy `global_step_N` and the resume command (monitor/integrations/verl_advice.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from monitor.store.reader import RunReader
 from monitor.store.schema import store_path
 from monitor.watch.loop import SOURCE_KEY, STATE_KEY, Watcher
 from monitor.watch.mlflow import PREFIX as MLFLOW_PREFIX
+from monitor.watch.wait import absent, stop_on_signal, wait_for
 
 FORMATS = ("tensorboard", "jsonl", "mlflow", "wandb", "console")
 
@@ -47,7 +49,17 @@ def guess_format(source: str) -> str | None:
         return "console"  # JSON lines in it are read too
     if path.suffix.lower() == ".db":
         return "mlflow"
+    if path.suffix.lower() == ".wandb":
+        return "wandb"
+    if not path.exists() and not path.suffix:
+        return "tensorboard"  # a log directory the trainer has not created yet
     return None
+
+
+def _cannot_tell(source: str) -> UserError:
+    later = " (it does not exist yet)" if absent(source) else ""
+    choices = "|".join(FORMATS)
+    return UserError(f"cannot tell the format of {source}{later}; pass --format {choices}")
 
 
 def make_source(fmt: str, where: str, run: str | None, state: dict[str, Any] | None) -> Any:
@@ -95,6 +107,30 @@ def _stored_source(out: Path) -> tuple[bool, dict[str, Any] | None]:
         return True, reader.meta().source
 
 
+def _check_out(out: Path, wanted: dict[str, Any], source: str) -> bool:
+    """Whether `out` holds a watch of `wanted` to resume; an error if it holds another run."""
+    existing, stored = _stored_source(out)
+    if existing and (stored or {}).get("path") != wanted["path"]:
+        what = f"a watch of {stored['path']}" if stored else "a run that is not a watch"
+        raise UserError(f"{out} already holds {what}; choose a new --out for {source}")
+    return existing
+
+
+def _await_source(source: str, out: Path, fmt: str | None, run: str | None, poll: float) -> bool:
+    """Wait for a source that does not exist yet (False: stopped while waiting). Its
+    format must be told by --format or by the path; `out` is checked before waiting."""
+    fmt = fmt or guess_format(source)
+    if fmt is None:
+        raise _cannot_tell(source)
+    where = source
+    if fmt == "mlflow" and not source.startswith(MLFLOW_PREFIX):
+        where = MLFLOW_PREFIX + str(Path(source).resolve())
+    if fmt == "tensorboard" and run is not None:
+        where = str(Path(source) / run)
+    _check_out(out, describe(fmt, where, None if fmt == "tensorboard" else run), source)
+    return wait_for(source, fmt, poll)
+
+
 def _notifier(url: str | None, fmt: str, run: str) -> Any:
     if not url:
         return None
@@ -123,6 +159,17 @@ def _print_alert(alert: Any) -> None:
     )
 
 
+def _advising(watcher: Watcher, checkpoints: Path) -> Any:
+    """Print each alert, and at a breakdown the advice for the verl run (verl_advice.py)."""
+    from monitor.integrations.verl_advice import advise
+
+    def on_alert(alert: Any) -> None:
+        _print_alert(alert)
+        advise(watcher.mon, alert.step, [alert], None, checkpoints)
+
+    return on_alert
+
+
 def open_watch(
     source: str,
     out: Path,
@@ -137,7 +184,7 @@ def open_watch(
     `Monitor` (notifier, prometheus_port...); close with `watcher.mon.close()`."""
     fmt = fmt or guess_format(source)
     if fmt is None:
-        raise UserError(f"cannot tell the format of {source}; pass --format {'|'.join(FORMATS)}")
+        raise _cannot_tell(source)
     if fmt == "mlflow" and not source.startswith(MLFLOW_PREFIX):
         source = MLFLOW_PREFIX + str(Path(source).resolve())  # a bare mlruns.db path
     if fmt not in ("mlflow", "jsonl", "console") and not Path(source).exists():
@@ -145,10 +192,7 @@ def open_watch(
     if fmt == "tensorboard":  # the one run followed, before any store is made
         source, run = str(_tensorboard_run(Path(source), run)), None
     wanted = describe(fmt, source, run)
-    existing, stored = _stored_source(out)
-    if existing and (stored or {}).get("path") != wanted["path"]:
-        what = f"a watch of {stored['path']}" if stored else "a run that is not a watch"
-        raise UserError(f"{out} already holds {what}; choose a new --out for {source}")
+    existing = _check_out(out, wanted, source)
 
     from monitor.monitor import Monitor
 
@@ -193,12 +237,22 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--webhook", help="POST each alert as JSON to this URL")
     parser.add_argument("--webhook-format", choices=("json", "slack"), default="json")
     parser.add_argument("--prometheus-port", type=int, help="serve /metrics on 127.0.0.1:P")
+    parser.add_argument(
+        "--checkpoints",
+        type=Path,
+        help="a verl run's trainer.default_local_dir: at a breakdown, advise the last healthy "
+        "global_step_N in it and the resume command",
+    )
     parser.add_argument("--dashboard", action="store_true", help="also serve the dashboard")
     parser.add_argument("--dashboard-port", type=int, default=8501)
     args = parser.parse_args(argv)
     if args.poll <= 0:
         raise UserError(f"--poll must be > 0 seconds, got {args.poll}")
 
+    waiting = not args.once and absent(args.source)
+    if waiting and not _await_source(args.source, args.out, args.format, args.run, args.poll):
+        print(f"minirl watch: stopped before {args.source} appeared; nothing stored", flush=True)
+        return 0
     notifier = _notifier(args.webhook, args.webhook_format, args.out.resolve().name)
     try:
         watcher = open_watch(
@@ -216,6 +270,8 @@ def main(argv: list[str]) -> int:
             notifier.close()
         raise
     watcher.on_alert = _print_alert
+    if args.checkpoints is not None:
+        watcher.on_alert = _advising(watcher, args.checkpoints)
     mon, dashboard = watcher.mon, None
     try:
         last = mon.last_step()
@@ -240,16 +296,8 @@ def main(argv: list[str]) -> int:
 
 def _follow(watcher: Watcher, poll_s: float) -> None:
     """Run until Ctrl-C or SIGTERM (either stops the loop; what was read is stored)."""
-    stop = threading.Event()
-    handlers = {}
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            handlers[sig] = signal.signal(sig, lambda *_: stop.set())
-    try:
+    with stop_on_signal() as stop:
         watcher.run(stop, poll_s)
-    finally:
-        for sig, old in handlers.items():
-            signal.signal(sig, old)
 
 
 def _summary(watcher: Watcher, out: Path) -> None:
