@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from test_watch import last_step
 
 from app.cli import main
 from monitor.store.reader import RunReader
@@ -40,14 +41,6 @@ def first_line(proc: subprocess.Popen, timeout: float = 60) -> str:
     ready, _, _ = select.select([proc.stdout], [], [], timeout)
     assert ready, "watch said nothing"
     return proc.stdout.readline()
-
-
-def last_step(run: Path) -> int | None:
-    try:
-        with RunReader(run) as reader:
-            return reader.last_step()
-    except Exception:  # not created yet
-        return None
 
 
 def wait_last(run: Path, step: int, proc: subprocess.Popen) -> None:

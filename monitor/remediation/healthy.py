@@ -109,11 +109,8 @@ def last_healthy(
     noise: float | None = None,
 ) -> Verdict | None:
     """The latest healthy checkpoint (strictly before `before` when given), or None."""
-    ok = [
-        v
-        for v in judge(checkpoints, scores, precursors, noise)
-        if v.healthy and (before is None or v.step < before)
-    ]
+    candidates = [c for c in checkpoints if before is None or c < before]
+    ok = [v for v in judge(candidates, scores, precursors, noise) if v.healthy]
     return ok[-1] if ok else None
 
 
