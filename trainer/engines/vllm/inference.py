@@ -8,15 +8,15 @@ after temperature and top-k/top-p, the same quantity as the PyTorch engine's, so
 mismatch shows in the IS weight), and for MoE models the routed experts of every token
 and layer in the layout the training engine replays (R3, MiniRL arXiv 2512.01374):
 
-- on CPU through vLLM's router capture point (`vllm_routing.py`), because the official
+- on CPU through vLLM's router capture point (`routing.py`), because the official
   `enable_return_routed_experts` needs Model Runner V2, which has no CPU backend;
 - on GPU through `enable_return_routed_experts` (`CompletionOutput.routed_experts`,
-  [seq_len, L, k]): what differs on a GPU is in `vllm_gpu.py`, the one part this
+  [seq_len, L, k]): what differs on a GPU is in `gpu.py`, the one part this
   project's CPU CI cannot run (tests/test_gpu.py runs it where there is a GPU).
 
 `update_weights` syncs the training model in place through vLLM's
 `collective_rpc("reload_weights")` and verifies the sync on a probe batch
-(`vllm_weights.py`); a failed check raises `WeightSyncError`.
+(`weights.py`); a failed check raises `WeightSyncError`.
 
 Suited to a 2-core machine: in-process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`,
 executor "uni": start ≈ 3 s, no worker process), eager mode, a sized KV cache, prefix
@@ -47,11 +47,12 @@ import torch
 from torch import nn
 
 from core.errors import UserError
-from trainer.engines import vllm_gpu, vllm_weights
 from trainer.engines.base import Rollout, SamplingParams
 from trainer.engines.config import EngineConfig
 from trainer.engines.device import resolve_device
-from trainer.engines.vllm_routing import RoutingCapture
+from trainer.engines.vllm import gpu as vllm_gpu
+from trainer.engines.vllm import weights as vllm_weights
+from trainer.engines.vllm.routing import RoutingCapture
 
 _VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 _TORCH = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -325,7 +326,7 @@ class VLLMEngine:
         quant = self.config.weight_quant
         ref = vllm_weights.reference_logprobs(model, self.probe, quant)
         low = None
-        if self.dtype != "fp32":  # calibrates the bf16 bound (vllm_weights.py)
+        if self.dtype != "fp32":  # calibrates the bf16 bound (weights.py)
             low = vllm_weights.reference_logprobs(model, self.probe, quant, _TORCH[self.dtype])
         seconds = time.perf_counter() - start
         self.last_sync = vllm_weights.check_sync(mine, ref, self.dtype, seconds, low)

@@ -2,22 +2,22 @@
 `GPTModel`, with Routing Replay through megatron-core's own RouterReplay.
 
 It implements the `TrainingEngine` protocol of base.py exactly like the transformers
-engine (training.py), so the RL step and the loop do not know which one runs. The
+engine (torch/training.py), so the RL step and the loop do not know which one runs. The
 checkpoint's transformers Qwen3-MoE weights are converted into Megatron's layout at start
-(megatron_convert.py: the same architecture, equal log-probabilities); `model` is a
+(convert.py: the same architecture, equal log-probabilities); `model` is a
 transformers module that receives Megatron's current weights, converted back, each time
 it is read: that is what the inference engine syncs from (vLLM, in HF naming) and what
 π's own evaluation samples. R2/R3 and the routing diagnostics use Megatron's routes
-(megatron_routing.py). AdamW and gradient clipping are plain torch over Megatron's
+(routing.py). AdamW and gradient clipping are plain torch over Megatron's
 parameters: the transformers engine's update (update.py), so the two are comparable.
 
 One process (this class as it is): world size 1, every parallel size 1, inside a
 1-process gloo world of its own (trainer.distributed.World), since megatron-core needs a
 torch.distributed world even then and an in-process vLLM must keep the default world to
 itself. In a torchrun job the same class is each rank's part of the model
-(megatron_parallel.py): Megatron's parallel state is initialised in the job's world with
+(parallel.py): Megatron's parallel state is initialised in the job's world with
 the configured sizes (`engine.megatron`), and the module holds this rank's experts. fp32
-parameters, arch qwen3_moe. On a CPU-only torch the patches of megatron_cpu.py are
+parameters, arch qwen3_moe. On a CPU-only torch the patches of cpu.py are
 installed first.
 """
 
@@ -32,11 +32,11 @@ from torch import Tensor
 
 from core.errors import UserError
 from trainer import distributed
-from trainer.engines import megatron_convert as convert
-from trainer.engines import megatron_state
 from trainer.engines.config import EngineConfig, MegatronConfig, OptimConfig
 from trainer.engines.device import resolve_device
-from trainer.engines.megatron_routing import routed
+from trainer.engines.megatron import convert
+from trainer.engines.megatron import state as megatron_state
+from trainer.engines.megatron.routing import routed
 from trainer.engines.scoring import LocalScorer
 from trainer.engines.update import adamw
 from trainer.models import load_policy
@@ -122,7 +122,7 @@ def _require_megatron(device: torch.device) -> None:
         ) from None
     if device.type == "cpu" and torch.cuda.is_available():
         raise UserError("engine.training=megatron: engine.device=cpu on a CUDA machine; use cuda")
-    from trainer.engines import megatron_cpu
+    from trainer.engines.megatron import cpu as megatron_cpu
 
     try:
         megatron_cpu.apply()
@@ -132,7 +132,7 @@ def _require_megatron(device: torch.device) -> None:
 
 class MegatronTrainingEngine(LocalScorer):
     """`TrainingEngine` on megatron-core, world size 1 (or one rank's part of a torchrun
-    job's model, megatron_parallel.py); see the module docstring."""
+    job's model, parallel.py); see the module docstring."""
 
     def __init__(
         self, checkpoint_dir: str | Path, config: EngineConfig, optim: OptimConfig
@@ -215,7 +215,7 @@ class MegatronTrainingEngine(LocalScorer):
 
     def state_dict(self) -> dict:
         """Megatron-layout weights, AdamW state by parameter name and the lr scale
-        (megatron_state.py: the layout of every world size; weights_only-loadable)."""
+        (state.py: the layout of every world size; weights_only-loadable)."""
         names = set(self.global_names.values())
         state = megatron_state.named_state(self.module, self.optimizer, self.global_names, names)
         return {**state, "lr_scale": self.lr_scale}

@@ -1,6 +1,6 @@
 """Rank 0's `TrainingEngine` over a policy sharded on the ranks of a torchrun job, and
 the worker loop of the other ranks; shared by the FSDP2 engine (fsdp.py) and the
-Megatron engine's parallel path (megatron_parallel.py).
+Megatron engine's parallel path (megatron/parallel.py).
 
 Every rank holds a *shard*: its part of the policy, with methods that all ranks run
 together (rank 0 passes the whole batch as `data`, the others nothing). Rank 0 holds
