@@ -126,7 +126,7 @@ def _engine_job(args: argparse.Namespace) -> int:
     from trainer import distributed
 
     if distributed.launched():
-        from trainer.engines.rank_zero import serve
+        from trainer.engines.distributed.rank_zero import serve
 
         return distributed.run_ranks(lambda: _time_updates(args), serve)
     return _time_updates(args)
@@ -136,8 +136,8 @@ def _time_updates(args: argparse.Namespace) -> int:
     import torch
 
     from trainer.engines.config import EngineConfig, OptimConfig
+    from trainer.engines.distributed.rank_zero import usage_of
     from trainer.engines.factory import make_training_engine
-    from trainer.engines.rank_zero import usage_of
 
     torch.set_num_threads(1)
     torch.manual_seed(0)

@@ -47,7 +47,7 @@ def measure(label, backend, dtype, wq, threads, ckpt, prompts, params, trainer, 
     from minirl.routing import routing_metrics
     from trainer.engines.config import EngineConfig
     from trainer.engines.factory import make_inference_engine
-    from trainer.engines.vllm_engine import VLLMEngine
+    from trainer.engines.vllm.inference import VLLMEngine
 
     cfg = EngineConfig(inference=backend, inference_dtype=dtype, weight_quant=wq)
     torch.set_num_threads(threads or args.threads)  # vLLM sets its own during its calls
@@ -129,8 +129,8 @@ def main(argv: list[str]) -> int:
     from trainer.coldstart import cold_start
     from trainer.config import load_config
     from trainer.engines.config import EngineConfig, OptimConfig
-    from trainer.engines.training import TorchTrainingEngine
-    from trainer.engines.vllm_engine import import_vllm
+    from trainer.engines.torch.training import TorchTrainingEngine
+    from trainer.engines.vllm.inference import import_vllm
     from trainer.evaluate import encode_prompts
     from trainer.tasks import make_task
 

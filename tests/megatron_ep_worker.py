@@ -15,10 +15,10 @@ import torch
 import torch.distributed as dist
 
 from trainer import routing
-from trainer.engines import megatron_convert as convert
-from trainer.engines import megatron_cpu
-from trainer.engines.megatron import megatron_logits
-from trainer.engines.megatron_routing import routed
+from trainer.engines.megatron import convert
+from trainer.engines.megatron import cpu as megatron_cpu
+from trainer.engines.megatron.routing import routed
+from trainer.engines.megatron.training import megatron_logits
 from trainer.models import load_policy
 
 

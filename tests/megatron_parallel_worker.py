@@ -71,7 +71,7 @@ def updates(engine: Any) -> dict[str, Any]:
 
 def main(ckpt: str, out: Path, ep: int) -> int:
     from trainer.engines.factory import make_training_engine
-    from trainer.engines.megatron_parallel import MegatronRankZero
+    from trainer.engines.megatron.parallel import MegatronRankZero
 
     torch.manual_seed(0)
     engine = make_training_engine(ckpt, config(ep), OPTIM)
@@ -85,7 +85,7 @@ def main(ckpt: str, out: Path, ep: int) -> int:
 
 
 if __name__ == "__main__":
-    from trainer.engines.rank_zero import serve
+    from trainer.engines.distributed.rank_zero import serve
 
     ckpt_dir, out_dir, ep_size = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
     distributed.run_ranks(lambda: main(ckpt_dir, out_dir, ep_size), serve)

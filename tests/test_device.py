@@ -19,8 +19,8 @@ from trainer.config import config_from_dict
 from trainer.engines.base import Rollout, SamplingParams
 from trainer.engines.config import EngineConfig, OptimConfig
 from trainer.engines.device import resolve_device
-from trainer.engines.torch_engine import TorchInferenceEngine
-from trainer.engines.training import TorchTrainingEngine
+from trainer.engines.torch.inference import TorchInferenceEngine
+from trainer.engines.torch.training import TorchTrainingEngine
 from trainer.evaluate import EvalConfig, evaluate
 from trainer.models import ModelConfig, build_tiny_checkpoint
 from trainer.run import train

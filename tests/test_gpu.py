@@ -14,8 +14,8 @@ from trainer.checkpoints import list_checkpoints, load_checkpoint
 from trainer.engines.base import SamplingParams
 from trainer.engines.config import EngineConfig, OptimConfig
 from trainer.engines.device import resolve_device
-from trainer.engines.torch_engine import TorchInferenceEngine
-from trainer.engines.training import TorchTrainingEngine
+from trainer.engines.torch.inference import TorchInferenceEngine
+from trainer.engines.torch.training import TorchTrainingEngine
 from trainer.models import ModelConfig, build_tiny_checkpoint
 from trainer.run import train
 
@@ -102,7 +102,7 @@ def test_cuda_as_the_default_device_breaks_nothing(tiny_config):
 @pytest.mark.vllm
 def test_official_vllm_routes_samples_and_syncs_on_the_gpu(ckpt):
     pytest.importorskip("vllm")
-    from trainer.engines.vllm_engine import VLLMEngine
+    from trainer.engines.vllm.inference import VLLMEngine
 
     engine = VLLMEngine(ckpt, EngineConfig(inference="vllm", inference_dtype="fp32"))
     try:

@@ -1,4 +1,4 @@
-"""The CPU patches of megatron-core (trainer/engines/megatron_cpu.py), one by one, and
+"""The CPU patches of megatron-core (trainer/engines/megatron/cpu.py), one by one, and
 that no other file of the project touches megatron."""
 
 import re
@@ -11,8 +11,8 @@ pytest.importorskip("megatron.core")
 if torch.cuda.is_available():
     pytest.skip("the patches install nothing where CUDA is available", allow_module_level=True)
 
-from trainer.engines import megatron_cpu
-from trainer.engines.megatron import megatron_world
+from trainer.engines.megatron import cpu as megatron_cpu
+from trainer.engines.megatron.training import megatron_world
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -47,7 +47,7 @@ def test_router_gating_and_rope_stay_on_cpu():
     from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
     from megatron.core.transformer.moe.router import TopKRouter
 
-    from trainer.engines.megatron_convert import transformer_config
+    from trainer.engines.megatron.convert import transformer_config
     from trainer.models import ModelConfig
 
     megatron_cpu.apply()
@@ -90,11 +90,11 @@ def test_refuses_an_unchecked_version(monkeypatch):
 
 def test_only_the_megatron_engine_files_touch_megatron():
     allowed = {
-        "megatron.py",
-        "megatron_convert.py",
-        "megatron_cpu.py",
-        "megatron_parallel.py",
-        "megatron_routing.py",
+        "training.py",
+        "convert.py",
+        "cpu.py",
+        "parallel.py",
+        "routing.py",
     }
     pattern = re.compile(r"^\s*(from|import) megatron\b", re.M)
     users = {
@@ -103,4 +103,4 @@ def test_only_the_megatron_engine_files_touch_megatron():
         for path in (REPO / top).rglob("*.py")
         if pattern.search(path.read_text(encoding="utf-8"))
     }
-    assert users == {f"trainer/engines/{name}" for name in allowed}
+    assert users == {f"trainer/engines/megatron/{name}" for name in allowed}

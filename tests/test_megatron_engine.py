@@ -12,12 +12,12 @@ pytest.importorskip("megatron.core")
 
 from core.errors import UserError
 from minirl import routing_metrics
-from trainer.engines import megatron_convert as convert
 from trainer.engines.config import EngineConfig, OptimConfig
 from trainer.engines.factory import make_training_engine
-from trainer.engines.megatron import MegatronTrainingEngine
-from trainer.engines.megatron_routing import routers
-from trainer.engines.training import TorchTrainingEngine
+from trainer.engines.megatron import convert
+from trainer.engines.megatron.routing import routers
+from trainer.engines.megatron.training import MegatronTrainingEngine
+from trainer.engines.torch.training import TorchTrainingEngine
 from trainer.models import ModelConfig, build_tiny_checkpoint
 
 TOL = 1e-5

@@ -3,7 +3,8 @@ project's weight conversion and Routing Replay: each rank holds 4 of the 8 exper
 tokens reach the other rank's experts through Megatron's allgather dispatcher, and the
 log-probs, routes, replayed log-probs and router gradients equal the whole transformers
 model's on each rank's batch: the parallel forward and backward that the engine's expert
-parallel builds on (megatron_parallel.py; its update: tests/test_megatron_parallel.py)."""
+parallel builds on (trainer/engines/megatron/parallel.py; its update:
+tests/test_megatron_parallel.py)."""
 
 import json
 import os

@@ -21,7 +21,7 @@ import megatron_parallel_worker as job
 from core.errors import UserError
 from trainer.config import load_config
 from trainer.engines.config import EngineConfig, MegatronConfig
-from trainer.engines.megatron import MegatronTrainingEngine
+from trainer.engines.megatron.training import MegatronTrainingEngine
 from trainer.models import ModelConfig, build_tiny_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]

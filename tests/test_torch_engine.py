@@ -9,8 +9,8 @@ import torch
 from trainer.engines.base import SamplingParams
 from trainer.engines.config import EngineConfig, OptimConfig
 from trainer.engines.decode import _filter_logits, sample_next
-from trainer.engines.torch_engine import TorchInferenceEngine
-from trainer.engines.training import TorchTrainingEngine
+from trainer.engines.torch.inference import TorchInferenceEngine
+from trainer.engines.torch.training import TorchTrainingEngine
 from trainer.models import ModelConfig, build_tiny_checkpoint
 
 FP32 = EngineConfig(train_dtype="fp32", inference_dtype="fp32")

@@ -67,7 +67,7 @@ def test_non_finite_steps_are_skipped_then_stop_the_run_keeping_the_good_checkpo
     cfg = tiny_config(checkpoint_every=2, train={"steps": 8})
     config = cfg.resolved_run_dir.parent / "run.yaml"
     config.write_text(dump_config(cfg))
-    import trainer.engines.training as training
+    import trainer.engines.torch.training as training
 
     clip = torch.nn.utils.clip_grad_norm_
     calls = {"n": 0}

@@ -14,7 +14,7 @@ from monitor import RunReader
 from monitor.store.run_store import request_action
 from trainer import run as run_module
 from trainer import step as step_module
-from trainer.engines.training import TorchTrainingEngine
+from trainer.engines.torch.training import TorchTrainingEngine
 from trainer.run import train
 
 # the per-step metrics that apply to an MoE run with diagnostics on
@@ -446,7 +446,7 @@ def test_rollback_restores_weights_optimizer_rng_and_data_position_exactly(
 
 def test_a_non_finite_batch_is_skipped_and_recorded(tiny_config, monkeypatch):
     cfg = tiny_config(train={"steps": 4})
-    from trainer.engines.torch_engine import TorchInferenceEngine
+    from trainer.engines.torch.inference import TorchInferenceEngine
 
     original = TorchInferenceEngine.generate
     calls = {"n": 0}
@@ -474,7 +474,7 @@ def test_a_non_finite_batch_is_skipped_and_recorded(tiny_config, monkeypatch):
 def test_failed_weight_sync_stops_the_run_with_one_clear_error(tiny_config, monkeypatch):
     from core.errors import UserError
     from trainer.engines.base import WeightSyncError
-    from trainer.engines.torch_engine import TorchInferenceEngine
+    from trainer.engines.torch.inference import TorchInferenceEngine
 
     cfg = tiny_config(train={"steps": 3})
     original = TorchInferenceEngine.update_weights

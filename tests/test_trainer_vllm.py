@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from monitor import RunReader
-from trainer.engines.training import TorchTrainingEngine
+from trainer.engines.torch.training import TorchTrainingEngine
 from trainer.run import train
 
 pytestmark = pytest.mark.vllm

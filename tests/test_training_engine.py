@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from trainer.engines.config import EngineConfig, OptimConfig
-from trainer.engines.training import TorchTrainingEngine
+from trainer.engines.torch.training import TorchTrainingEngine
 from trainer.models import ModelConfig, build_tiny_checkpoint
 
 

@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from core.errors import UserError
-from trainer.engines import vllm_weights
 from trainer.engines.base import SamplingParams
 from trainer.engines.config import EngineConfig, OptimConfig
-from trainer.engines.training import TorchTrainingEngine
-from trainer.engines.vllm_engine import VLLMEngine, import_vllm, sequence_seed
+from trainer.engines.torch.training import TorchTrainingEngine
+from trainer.engines.vllm import weights as vllm_weights
+from trainer.engines.vllm.inference import VLLMEngine, import_vllm, sequence_seed
 from trainer.models import ModelConfig, build_tiny_checkpoint
 
 pytestmark = pytest.mark.vllm

@@ -10,11 +10,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer.engines import vllm_weights
 from trainer.engines.base import SamplingParams
 from trainer.engines.config import EngineConfig, OptimConfig
-from trainer.engines.training import TorchTrainingEngine
-from trainer.engines.vllm_engine import VLLMEngine
+from trainer.engines.torch.training import TorchTrainingEngine
+from trainer.engines.vllm import weights as vllm_weights
+from trainer.engines.vllm.inference import VLLMEngine
 from trainer.models import ModelConfig, build_tiny_checkpoint
 
 pytestmark = pytest.mark.vllm

@@ -16,12 +16,13 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.engines import quant, vllm_weights
+from trainer.engines import quant
 from trainer.engines.base import SamplingParams
 from trainer.engines.config import EngineConfig, OptimConfig
 from trainer.engines.decode import _filter_logits
-from trainer.engines.training import TorchTrainingEngine
-from trainer.engines.vllm_engine import VLLMEngine
+from trainer.engines.torch.training import TorchTrainingEngine
+from trainer.engines.vllm import weights as vllm_weights
+from trainer.engines.vllm.inference import VLLMEngine
 from trainer.models import ModelConfig, build_tiny_checkpoint
 
 pytestmark = pytest.mark.vllm

@@ -1,4 +1,4 @@
-"""The GPU-only part of the vLLM engine (trainer/engines/vllm_gpu.py), checked on the CPU:
+"""The GPU-only part of the vLLM engine (trainer/engines/vllm/gpu.py), checked on the CPU:
 the engine arguments are vLLM's own (its EngineArgs takes them), and vLLM's
 `CompletionOutput.routed_experts` lands in the `Rollout.routing` layout the training
 engine replays. The GPU run itself is in tests/test_gpu.py."""
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.engines import vllm_gpu
 from trainer.engines.config import EngineConfig
+from trainer.engines.vllm import gpu as vllm_gpu
 
 vllm = pytest.importorskip("vllm")
 from vllm.outputs import CompletionOutput  # noqa: E402

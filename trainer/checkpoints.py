@@ -144,7 +144,7 @@ def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dic
         if distributed.active():  # the ranks of a sharded engine each load their part
             payload["policy"] = {**policy, "shards": str(shards)}
         else:  # one process: the whole state, as the single-process engine saves it
-            from trainer.engines.reshard import unshard
+            from trainer.engines.distributed.reshard import unshard
 
             payload["policy"] = {**unshard(shards), "lr_scale": policy["lr_scale"]}
     return payload

@@ -2,10 +2,11 @@
 
 Rank 0 runs the whole loop (trainer/run.py): the inference engine, the run store, the
 remediation decisions, the RL step. The other ranks only hold their shard of the policy
-(trainer/engines/fsdp.py, megatron_parallel.py) and follow rank 0 (rank_zero.py): `serve`
-waits for the next command that rank 0 broadcasts (`Commands.send`), then all ranks run
-it together (a forward on their rows, a backward, an optimiser step, a checkpoint), so
-every rank applies the same action at the same step and nothing is decided twice.
+(trainer/engines/distributed/fsdp.py, trainer/engines/megatron/parallel.py) and follow
+rank 0 (trainer/engines/distributed/rank_zero.py): `serve` waits for the next command
+that rank 0 broadcasts (`Commands.send`), then all ranks run it together (a forward on
+their rows, a backward, an optimiser step, a checkpoint), so every rank applies the same
+action at the same step and nothing is decided twice.
 Waiting costs no CPU.
 
 A failing rank stops the job: its one-line error goes to `$MINIRL_ERROR_DIR/rank<r>.json`
@@ -86,7 +87,8 @@ def init() -> None:
 
 def run_ranks(main: Callable[[], int], worker: Callable[[], None]) -> NoReturn:
     """Run `main` on rank 0 and `worker` (the loop that obeys `Commands`, e.g.
-    `trainer.engines.rank_zero.serve`) on the others, then end this process with its exit code.
+    `trainer.engines.distributed.rank_zero.serve`) on the others, then end this process
+    with its exit code.
 
     Rank 0 tells the others to exit when `main` returns; all leave together. A failure
     on any rank is reported once (`report_failure`) and ends this process at once: its

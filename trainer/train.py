@@ -53,7 +53,7 @@ def main(argv: list[str]) -> int:
 
     args = _parser().parse_args(argv)
     if distributed.launched():
-        from trainer.engines.rank_zero import serve
+        from trainer.engines.distributed.rank_zero import serve
 
         return distributed.run_ranks(lambda: _main(args), serve)
     if args.nproc < 1:

@@ -94,7 +94,7 @@ def make_setup(cfg: Any, threads: int) -> Setup:
     from trainer.coldstart import cold_start
     from trainer.controls import Controls
     from trainer.engines.factory import make_inference_engine
-    from trainer.engines.training import TorchTrainingEngine
+    from trainer.engines.torch.training import TorchTrainingEngine
     from trainer.tasks import make_task
 
     torch.set_num_threads(threads)

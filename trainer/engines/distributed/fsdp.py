@@ -31,9 +31,9 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, fully_shard
 
 from trainer.engines.config import EngineConfig, OptimConfig
-from trainer.engines.rank_zero import RankZeroEngine, ShardSteps, usage_on_rank_0
-from trainer.engines.reshard import full_fqn_state
-from trainer.engines.training import TorchTrainingEngine
+from trainer.engines.distributed.rank_zero import RankZeroEngine, ShardSteps, usage_on_rank_0
+from trainer.engines.distributed.reshard import full_fqn_state
+from trainer.engines.torch.training import TorchTrainingEngine
 from trainer.engines.update import adamw
 
 _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)

@@ -4,7 +4,7 @@ with Megatron's own parallel state (`engine.megatron`'s sizes, in the job's worl
 Each rank holds `MegatronShard`: the GPTModel with its num_experts / ep experts of every
 MoE layer (tokens reach the other ranks' experts through Megatron's allgather token
 dispatcher, forward and backward) and everything else replicated. Rank 0 holds
-`MegatronRankZero`, the engine the loop sees (rank_zero.py: commands, rows scattered to
+`MegatronRankZero`, the engine the loop sees (distributed/rank_zero.py: commands, rows scattered to
 the ranks, whole [B, S] log π gathered, the loss on rank 0, ∂loss/∂log π sent back).
 
 The update equals the single-process engine's on the same batch: each rank's backward
@@ -13,7 +13,7 @@ data-parallel group and the expert gradients over its expert-data-parallel group
 expert's owner already holds the gradient of every EP rank's tokens routed to it). The
 global norm counts each distinct gradient once (dense once, the experts of all EP ranks),
 then the same clip, non-finite skip and AdamW on every rank. Checkpoints and the weight
-sync gather the whole model on rank 0 (megatron_state.py: experts by global index, so a
+sync gather the whole model on rank 0 (state.py: experts by global index, so a
 checkpoint resumes on any world size, this engine's or the single-process one's).
 """
 
@@ -27,11 +27,11 @@ import torch
 import torch.distributed as dist
 
 from trainer import distributed as ranks
-from trainer.engines import megatron_convert as convert
-from trainer.engines import megatron_state
 from trainer.engines.config import EngineConfig, OptimConfig
-from trainer.engines.megatron import MegatronTrainingEngine, check_megatron_checkpoint
-from trainer.engines.rank_zero import RankZeroEngine, ShardSteps, usage_on_rank_0
+from trainer.engines.distributed.rank_zero import RankZeroEngine, ShardSteps, usage_on_rank_0
+from trainer.engines.megatron import convert
+from trainer.engines.megatron import state as megatron_state
+from trainer.engines.megatron.training import MegatronTrainingEngine, check_megatron_checkpoint
 
 
 class MegatronShard(ShardSteps, MegatronTrainingEngine):

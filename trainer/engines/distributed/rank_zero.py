@@ -1,6 +1,6 @@
 """Rank 0's `TrainingEngine` over a policy sharded on the ranks of a torchrun job, and
 the worker loop of the other ranks; shared by FSDP2 (fsdp.py) and Megatron's parallel
-path (megatron_parallel.py).
+path (megatron/parallel.py).
 
 Every rank holds a *shard*: its part of the policy, with methods all ranks run together
 (rank 0 passes the whole batch as `data`). Rank 0's `RankZeroEngine` is the engine the

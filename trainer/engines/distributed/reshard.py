@@ -1,7 +1,7 @@
 """Checkpoints across world sizes: a sharded (DCP) checkpoint read whole by one process,
 and a single-process checkpoint put in the form FSDP2's loaders spread over N ranks.
 
-The FSDP2 engine (trainer/engines/fsdp.py) saves {"model", "optim"} with
+The FSDP2 engine (trainer/engines/distributed/fsdp.py) saves {"model", "optim"} with
 torch.distributed.checkpoint, keyed by parameter name (FQN); the single-process engine
 saves torch's own state dicts, AdamW's keyed by parameter index. Both hold the same
 tensors; these two functions translate. Loading N shards on M ranks needs neither:

@@ -3,16 +3,16 @@
 
 It implements the `TrainingEngine` protocol of base.py like the transformers engine, so
 the RL step and the loop do not know which one runs. The checkpoint's Qwen3-MoE weights
-are converted into Megatron's layout at start (megatron_convert.py); `model` is a
+are converted into Megatron's layout at start (megatron/convert.py); `model` is a
 transformers module that receives Megatron's current weights, converted back, whenever
 it is read: what the inference engine syncs from and what π's evaluation samples. R2/R3
-and the routing diagnostics use Megatron's routes (megatron_routing.py). AdamW and
+and the routing diagnostics use Megatron's routes (megatron/routing.py). AdamW and
 clipping are plain torch, the transformers engine's update (update.py), so the two compare.
 
 One process: every parallel size 1, in a 1-process gloo world of its own (megatron-core
 needs a torch.distributed world; an in-process vLLM keeps the default one). In a torchrun
-job the same class is each rank's part of the model (megatron_parallel.py), with the sizes
-of `engine.megatron`. fp32, arch qwen3_moe; on a CPU-only torch megatron_cpu.py patches first.
+job the same class is each rank's part of the model (megatron/parallel.py), with the sizes
+of `engine.megatron`. fp32, arch qwen3_moe; on a CPU-only torch megatron/cpu.py patches first.
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from torch import Tensor
 
 from core.errors import UserError
 from trainer import distributed
-from trainer.engines import megatron_convert as convert
-from trainer.engines import megatron_state
 from trainer.engines.config import EngineConfig, MegatronConfig, OptimConfig
 from trainer.engines.device import resolve_device
-from trainer.engines.megatron_routing import routed
+from trainer.engines.megatron import convert
+from trainer.engines.megatron import state as megatron_state
+from trainer.engines.megatron.routing import routed
 from trainer.engines.scoring import LocalScorer
 from trainer.engines.update import adamw
 from trainer.models import load_policy
@@ -116,7 +116,7 @@ def _require_megatron(device: torch.device) -> None:
         ) from None
     if device.type == "cpu" and torch.cuda.is_available():
         raise UserError("engine.training=megatron: engine.device=cpu on a CUDA machine; use cuda")
-    from trainer.engines import megatron_cpu
+    from trainer.engines.megatron import cpu as megatron_cpu
 
     try:
         megatron_cpu.apply()
@@ -126,7 +126,7 @@ def _require_megatron(device: torch.device) -> None:
 
 class MegatronTrainingEngine(LocalScorer):
     """`TrainingEngine` on megatron-core, world size 1 (or one rank's part of a torchrun
-    job's model, megatron_parallel.py); see the module docstring."""
+    job's model, parallel.py); see the module docstring."""
 
     def __init__(
         self, checkpoint_dir: str | Path, config: EngineConfig, optim: OptimConfig
@@ -209,7 +209,7 @@ class MegatronTrainingEngine(LocalScorer):
 
     def state_dict(self) -> dict:
         """Megatron-layout weights, AdamW state by parameter name and the lr scale
-        (megatron_state.py: the layout of every world size; weights_only-loadable)."""
+        (state.py: the layout of every world size; weights_only-loadable)."""
         names = set(self.global_names.values())
         state = megatron_state.named_state(self.module, self.optimizer, self.global_names, names)
         return {**state, "lr_scale": self.lr_scale}

@@ -1,0 +1,1 @@
+"""The Megatron-core training engine, one process or a torchrun job."""

@@ -1,0 +1,1 @@
+"""PyTorch engines: inference (μ) and training (π_θ) on transformers."""

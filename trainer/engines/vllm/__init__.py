@@ -1,0 +1,1 @@
+"""The vLLM inference engine, CPU and GPU."""
