@@ -25,10 +25,11 @@ tuning, and on public logs of other trainers (bench/results/detection.md).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from monitor.detectors.remedies import R_APPROX, R_COLLAPSE, R_IS, R_OPTIM, R_ROUTING, R_STALE
+from monitor.detectors.signatures import KeptMassRule, PrecisionRule, ReplayLeakRule, TwinRule
 from monitor.store.records import Factor, Severity
 
 Scale = Literal["log", "linear"]
@@ -351,6 +352,15 @@ class DetectorsConfig:
     clip_off: ChangeRule = setting_rule(CLIP_ON, "staleness", "down", R_STALE, fold=1.5)
     """Clipping switched off (`staleness/clip_on` 1 → 0): what `clip_stop` infers from the
     masked share, read at the setting, 2-3 steps sooner, on runs that log the setting."""
+    # --- warning: signatures of reported bugs (signatures.py; not precursors)
+    kept_mass: KeptMassRule = field(default_factory=KeptMassRule)
+    """IS-ratio mean steady below 1: the mass top-p/top-k keeps (TRL issue 6789)."""
+    r3_routing_leak: ReplayLeakRule = field(default_factory=ReplayLeakRule)
+    """A routing mismatch under R3, where it is 0 (verl PR 5037)."""
+    twin_is_metrics: TwinRule = field(default_factory=TwinRule)
+    """The training-inference and staleness ratios logged identical (slime issue 1907)."""
+    prob_precision: PrecisionRule = field(default_factory=PrecisionRule)
+    """Mean |π_old − μ_old| above 0.01: a precision problem (verl's documentation)."""
     # --- critical
     breakdown: BreakdownRule = BreakdownRule()
     """Joint evidence: several precursors at once, or one with the outcome falling."""
