@@ -25,13 +25,13 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "remediation tables pooled, beside the bound no policy beats",
     ),
     "speed": ("bench.speed.cli", "diagnostics overhead, TRL comparison, engines, store"),
-    "vllm": ("bench.engines", "vLLM vs PyTorch engine: rollout speed and mismatch"),
+    "vllm": ("bench.vllm", "vLLM vs PyTorch engine: rollout speed and mismatch"),
     "store": ("bench.store", "run store write throughput and 100k-step load time"),
-    "dashboard": ("bench.dashboard_render", "time to first render of a 100k-step run"),
+    "dashboard": ("bench.dashboard", "time to first render of a 100k-step run"),
     "coldstart": ("bench.coldstart", "cold start: time and held-out accuracy"),
     "reliability": ("bench.reliability.cli", "fault injection and fuzzing of every parser"),
     "scale": ("bench.scale", "data-parallel training: 1 vs 2 processes, memory per rank"),
-    "megatron": ("bench.megatron_compare", "Megatron vs transformers engine: accuracy, step time"),
+    "megatron": ("bench.megatron", "Megatron vs transformers engine: accuracy, step time"),
 }
 
 

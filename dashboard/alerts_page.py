@@ -21,6 +21,7 @@ from typing import Any
 import streamlit as st
 
 from core.errors import UserError
+from core.vocabulary import IS_POLICIES, REPLAY_MODES, WEIGHT_QUANTS
 from dashboard import charts
 from dashboard.data import RunEntry, fingerprint, load_records, summarize
 from dashboard.marks import action_marks, incident_marks, rollback_marks
@@ -32,7 +33,7 @@ from dashboard.ui import (
 )
 from monitor import RunReader, request_action
 from monitor.analysis.event_text import event_text, number_text, params_text
-from monitor.remediation.actions import IS_POLICIES, KINDS, ROUTING_MODES, WEIGHT_QUANTS
+from monitor.remediation.actions import KINDS
 from monitor.store.records import Action, Alert, Event
 
 
@@ -57,7 +58,7 @@ FORMS: dict[str, tuple[Field, ...]] = {
     "set_clip": (Field("enabled", "bool", True),
                  Field("eps_low", "float", None, True, help="in (0, 1); paper 0.2"),
                  Field("eps_high", "float", None, True, help="> 0; paper 0.27")),
-    "set_routing_replay": (Field("mode", "choice", "R2", choices=ROUTING_MODES),),
+    "set_routing_replay": (Field("mode", "choice", "R2", choices=REPLAY_MODES),),
     "set_mini_batches": (Field("n", "int", 1),),
     "set_mini_batches_cap": (Field("n", "int", 1, help="held for the rest of the run"),),
     "set_length_norm": (Field("enabled", "bool", False),),

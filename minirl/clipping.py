@@ -14,10 +14,7 @@ from __future__ import annotations
 
 import torch
 
-EPS_LOW = 0.2
-"""MiniRL's lower clip ε_low: M_t = 0 when Â < 0 and r_t < 1 − ε_low."""
-EPS_HIGH = 0.27
-"""MiniRL's upper clip ε_high (clip-higher): M_t = 0 when Â > 0 and r_t > 1 + ε_high."""
+from core.vocabulary import EPS_HIGH, EPS_LOW
 
 
 def clipped_region(

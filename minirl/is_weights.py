@@ -20,17 +20,14 @@ does not decide which ratio the policy is applied to; `loss.py` does.
 from __future__ import annotations
 
 import math
-from typing import Literal, get_args
 
 import torch
 
-ISPolicy = Literal["none", "token_tis", "seq_tis", "token_mis", "seq_mis", "icepop"]
-IS_POLICIES: tuple[ISPolicy, ...] = get_args(ISPolicy)
+from core.vocabulary import ICEPOP_BAND, IS_POLICIES, TIS_CAP, ISPolicy
+
+__all__ = ["ICEPOP_BAND", "IS_POLICIES", "TIS_CAP", "TOKEN_LEVEL", "ISPolicy", "is_weight"]
+
 TOKEN_LEVEL: tuple[ISPolicy, ...] = ("none", "token_tis", "token_mis", "icepop")
-TIS_CAP = 5.0
-"""MiniRL's truncation cap C of token_tis and seq_tis."""
-ICEPOP_BAND = (0.5, 5.0)
-"""IcePop's band [α, β] of kept ratios (token_mis and seq_mis use its upper end)."""
 
 
 def is_weight(

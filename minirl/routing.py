@@ -21,17 +21,12 @@ a collision. This module does not capture or replay routing; the engines do.
 
 from __future__ import annotations
 
-from typing import Literal, get_args
-
 import torch
 
+from core.vocabulary import REPLAY_MODES, ReplayMode
 from minirl._checks import as_mask
 
-ReplayMode = Literal["none", "R2", "R3"]
-"""Routing replay in the policy updates (the trainer replays, trainer/routing.py): none
-routes live; R2 replays the training engine's e^π_old, R3 the inference engine's e^μ_old
-(the paper: R2 is best at 2 mini-batches per rollout, R3 at 4 and 8)."""
-REPLAY_MODES: tuple[ReplayMode, ...] = get_args(ReplayMode)
+__all__ = ["REPLAY_MODES", "ReplayMode"]  # the modes (core.vocabulary) the trainer replays
 
 HEADLINE_PAIR = "mismatch_train_infer"
 """The pair whose summaries also appear under the unsuffixed canonical names."""

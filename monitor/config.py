@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from core.typed_config import from_data
+from core.vocabulary import EPS_HIGH, EPS_LOW, ICEPOP_BAND, TIS_CAP
 from monitor.detectors.config import DetectorsConfig
 from monitor.store.records import Severity
 
@@ -73,15 +74,15 @@ class RemediationConfig:
     cooldown_steps: int = 15
     """Steps between two automatic actions of the same kind (a fix that did not hold is
     escalated by the next breakdown after this many steps)."""
-    tis_cap: float = 5.0
+    tis_cap: float = TIS_CAP
     """Cap of the token TIS turned on by the policy (the paper's C = 5)."""
     cap_factor: float = 0.5
     """Tightening the cap multiplies it by this..."""
     min_cap: float = 2.0
     """...down to this; below it the policy switches to band masking (IcePop)."""
-    icepop_band: tuple[float, float] = (0.5, 5.0)
-    eps_low: float = 0.2
-    eps_high: float = 0.27
+    icepop_band: tuple[float, float] = ICEPOP_BAND
+    eps_low: float = EPS_LOW
+    eps_high: float = EPS_HIGH
     lr_factor: float = 0.5
     """A breakdown blamed on the optimisation caps the lr at this × its pre-episode value."""
     onset_margin: int = 5

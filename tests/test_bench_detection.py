@@ -52,6 +52,22 @@ def test_labels_come_from_the_outcome_only():
     assert corpus.label_run(corpus.Run("n", "real", "tune", nan)).onset == 40
 
 
+def test_a_run_whose_held_out_score_falls_while_its_reward_holds_is_ambiguous():
+    """Reward and held-out accuracy disagree: neither a collapse nor a stable run."""
+    stream = _stream(120, None, None)
+    for t, values in stream:
+        values["eval/acc"] = 0.1 + 0.5 * min(t, 60) / 60 - (0.45 if t >= 80 else 0.0)
+    run = corpus.label_run(corpus.Run("a", "real", "tune", stream))
+    assert (run.label, run.outcome) == ("ambiguous", "eval/acc") and 78 <= run.onset <= 82
+    for _, values in stream:  # held-out accuracy that holds: stable, as before
+        values["eval/acc"] = 0.4
+    assert corpus.label_run(corpus.Run("s", "real", "tune", stream)).label == "stable"
+    collapsing = _stream(120, 80, None)  # a reward collapse stays a collapse, whatever eval
+    for _, values in collapsing:
+        values["eval/acc"] = 0.4
+    assert corpus.label_run(corpus.Run("c", "real", "tune", collapsing)).label == "collapse"
+
+
 def test_a_public_log_merges_rows_of_a_step_and_takes_its_map(tmp_path):
     """A plain script's log (a train and a validation row for one step, names of its own)
     is read as `minirl import --map` would read it: one row per step, mapped names first."""

@@ -25,9 +25,9 @@ from typing import Any
 import torch
 
 from core.errors import UserError
+from core.vocabulary import WeightQuant
 from minirl.loss import LossConfig
 from trainer.controls import Controls
-from trainer.engines.config import WeightQuant
 from trainer.leftovers import remove_leftovers
 
 _NAME = re.compile(r"^step_(\d+)\.pt$")

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from core.errors import UserError
+from core.vocabulary import WeightQuant
 from minirl.loss import LossConfig
 from minirl.routing import ReplayMode
 from monitor.remediation.actions import hold_caps, moves, validate
-from trainer.engines.config import WeightQuant
 
 
 class Rejected(Exception):

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from core.errors import UserError
+from core.vocabulary import WeightQuant
 from monitor import Monitor
 from monitor.detectors.config import ROLLOUT_BITS
 from trainer.boundary import apply_actions, induce, rollback
@@ -47,7 +48,6 @@ from trainer.coldstart import ColdStart, cold_start
 from trainer.config import RunConfig, config_to_dict, dump_config, load_config
 from trainer.controls import Controls
 from trainer.engines.base import TrainingEngine, WeightSyncError
-from trainer.engines.config import WeightQuant
 from trainer.engines.factory import make_inference_engine, make_training_engine
 from trainer.engines.quant import rollout_bits
 from trainer.evaluate import evaluate, policy_accuracy

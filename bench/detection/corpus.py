@@ -13,7 +13,9 @@ about it. Two sources, both committed so the benchmark is reproducible without a
 
 Labels come from outcomes only, by one written rule for every run: `monitor.analysis.analyze`'s
 collapse onset on the first outcome metric present (training accuracy, reward, held-out
-accuracy). A lab run with an incident that did not collapse is `survived`: its alerts are
+accuracy). A run whose reward held while its held-out accuracy lost half its gain is
+`ambiguous`: the two outcomes disagree, so it counts neither as a collapse nor as stable.
+A lab run with an incident that did not collapse is `survived`: its alerts are
 reported apart, as neither hits nor false alarms. The tuning/report split is fixed before
 any result: lab seeds 0 and 4 tune, the others (1-3, then 5-8) report; a real run tunes
 when the first byte of sha1(its source repository) is even, so all runs of one source sit
@@ -56,7 +58,7 @@ rules' changes since came from a simulation and from how verifiers score, and mo
 lab alert (a critical at a run's last step). Seeds 41-104 were run after all of them.
 (Seeds 25-36 were that for the defaults before it: 30 of 36 caught then, `detection.md`.)"""
 Stream = list[tuple[int, dict[str, float]]]
-Label = Literal["collapse", "stable", "survived"]
+Label = Literal["collapse", "stable", "survived", "ambiguous"]
 
 CAUSES = {  # incident kind -> the factor of the IS weight (or the optimiser) it induces
     "scale_lr": "optimisation",
@@ -112,6 +114,12 @@ def label_run(run: Run) -> Run:
         run.label = "collapse"
     else:
         run.label = "survived" if run.incident_step is not None else "stable"
+    held_out = series.get("eval/acc")
+    if run.label == "stable" and run.outcome != "eval/acc" and held_out is not None:
+        s, v = (np.asarray(x, dtype=float) for x in held_out)
+        onset = find_onset(s, v, "eval/acc", rules.eval_collapse)
+        if onset is not None:  # reward held, the held-out score lost half its gain
+            run.label, run.onset, run.outcome = "ambiguous", onset.step, "eval/acc"
     return run
 
 

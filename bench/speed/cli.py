@@ -12,7 +12,7 @@ one process measures, in this order, with the load average noted at start and en
    same checkpoint, prompts, group size, max new tokens and updates per rollout, rounds
    of TRL then ours back to back, each round from the cold-start weights;
 3. rollout throughput, vLLM vs PyTorch engine, and 4. run-store write throughput and
-   long-run load time (`components.py`, with the measurement code of `bench/engines.py`
+   long-run load time (`components.py`, with the measurement code of `bench/vllm.py`
    and `bench/store.py`).
 
 Writes Markdown (--out) with the exact command and machine facts, and every raw timing

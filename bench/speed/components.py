@@ -1,6 +1,6 @@
 """Parts 3-4 of `minirl bench speed`: rollout throughput per engine, run-store speed.
 
-The measurement code is the component benchmarks' own (`bench/engines.py`'s `measure`,
+The measurement code is the component benchmarks' own (`bench/vllm.py`'s `measure`,
 `bench/store.py`'s functions), run here on the shared set-up; nothing is duplicated.
 """
 
@@ -10,9 +10,9 @@ import argparse
 import time
 from pathlib import Path
 
-from bench.engines import VARIANTS, measure
 from bench.speed.fixture import Effort, Setup, say
 from bench.store import bench_write, best, build_long, metric_names
+from bench.vllm import VARIANTS, measure
 
 
 def engine_throughput(s: Setup, effort: Effort, args: argparse.Namespace) -> list[dict]:

@@ -212,7 +212,7 @@ def _engines(rows: list[dict]) -> list[str]:
     if "vLLM bf16" in speed and "PyTorch fp32" in speed:
         ratio = speed["vLLM bf16"] / speed["PyTorch fp32"]
         note = f"vLLM bf16 ÷ PyTorch fp32 throughput: {ratio:.2f}; "
-    tail = "median of the timed rollouts after a warm-up (`bench/engines.py`'s `measure`)."
+    tail = "median of the timed rollouts after a warm-up (`bench/vllm.py`'s `measure`)."
     return [*lines, "", note + tail]
 
 

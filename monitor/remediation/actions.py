@@ -38,16 +38,15 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from core.errors import UserError
+from core.vocabulary import (
+    ACTION_KINDS,
+    IS_POLICIES,
+    QUANT_BITS,
+    REPLAY_MODES,
+    WEIGHT_QUANTS,
+    ActionKind,
+)
 
-# The names an action may use. Defined by minirl (`is_weights.ISPolicy`,
-# `routing.ReplayMode`), repeated here as plain strings because the monitor never imports
-# minirl or torch; tests/test_shared_names.py fails the day the two differ.
-IS_POLICIES = ("none", "token_tis", "seq_tis", "token_mis", "seq_mis", "icepop")
-ROUTING_MODES = ("none", "R2", "R3")
-WEIGHT_QUANTS = ("none", "fp8_e4m3", "fp8_e5m2", "fp4")
-"""The rollout engine's weight rounding (trainer.engines.config.WeightQuant), finest first."""
-QUANT_BITS = {"none": 16, "fp8_e4m3": 8, "fp8_e5m2": 8, "fp4": 4}
-"""Bits of a rounded weight ("none": the inference dtype's, 16 for bf16/fp16)."""
 MAX_LR_FACTOR = 10.0
 
 
@@ -96,7 +95,7 @@ def _band(kind: str, value: Any) -> list[float]:
 
 
 # kind -> (required keys, optional keys); each key's check is in _check
-_SPECS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+_SPECS: dict[ActionKind, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "set_is_correction": (("enabled",), ("cap",)),
     "set_is_policy": (("policy",), ("cap", "band")),
     "set_clip": (("enabled",), ("eps_low", "eps_high")),
@@ -111,7 +110,9 @@ _SPECS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "rollback": ((), ("step",)),
     "stop": ((), ()),
 }
-KINDS: tuple[str, ...] = tuple(_SPECS)
+KINDS: tuple[ActionKind, ...] = ACTION_KINDS
+if set(_SPECS) != set(ACTION_KINDS):  # a kind named in the vocabulary has its parameters here
+    raise ImportError(f"action kinds without parameters: {set(ACTION_KINDS) ^ set(_SPECS)}")
 
 
 def _check(kind: str, key: str, value: Any) -> Any:
@@ -124,7 +125,7 @@ def _check(kind: str, key: str, value: Any) -> Any:
     if key == "policy":
         return _choice(kind, key, value, IS_POLICIES)
     if key == "mode":
-        return _choice(kind, key, value, ROUTING_MODES)
+        return _choice(kind, key, value, REPLAY_MODES)
     if key == "weight_quant":
         return _choice(kind, key, value, WEIGHT_QUANTS)
     if key == "eps_low":

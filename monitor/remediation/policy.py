@@ -56,9 +56,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from core.vocabulary import QUANT_BITS, WEIGHT_QUANTS
 from monitor.config import RemediationConfig
 from monitor.detectors.config import MINI_BATCHES, ROLLOUT_BITS, SETTINGS
-from monitor.remediation.actions import QUANT_BITS, WEIGHT_QUANTS, apply_to_controls
+from monitor.remediation.actions import apply_to_controls
 from monitor.store.records import Action, ActionDraft, Alert, severity_rank
 
 PRECURSOR_FACTORS = ("train_inference", "staleness", "routing", "approximation", "optimisation")

@@ -12,10 +12,11 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import Literal, get_args
 
+from core.vocabulary import WeightQuant
+
 Dtype = Literal["fp32", "bf16"]
 Backend = Literal["torch", "vllm"]
 TrainingBackend = Literal["torch", "megatron"]
-WeightQuant = Literal["none", "fp8_e4m3", "fp8_e5m2", "fp4"]
 ActivationQuant = Literal["none", "fp8_e4m3"]
 Autocast = Literal["none", "bf16"]
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")

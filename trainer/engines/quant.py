@@ -25,8 +25,8 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
-from monitor.remediation.actions import QUANT_BITS
-from trainer.engines.config import ActivationQuant, Dtype, WeightQuant
+from core.vocabulary import QUANT_BITS, WeightQuant
+from trainer.engines.config import ActivationQuant, Dtype
 
 _FP8 = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
 DTYPE_BITS = {"fp32": 32, "bf16": 16}

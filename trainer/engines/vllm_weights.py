@@ -29,9 +29,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from core.vocabulary import WeightQuant
 from trainer.engines import quant
 from trainer.engines.base import WeightSyncError
-from trainer.engines.config import WeightQuant
 
 # Accepted engine-vs-training differences of log π on the probe tokens after a sync.
 # fp32: the kernels differ only in summation order (measured ≈ 1e-6 max).

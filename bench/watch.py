@@ -1,6 +1,6 @@
 """`minirl watch` benchmark: lag and CPU cost while following a run logged at 10 steps/s.
 
-    python -m bench.watch_bench [--seconds 30] [--rate 10] [--metrics 100] [--poll 0.5]
+    python -m bench.watch [--seconds 30] [--rate 10] [--metrics 100] [--poll 0.5]
 
 Two writer processes log `--metrics` scalars per step at `--rate` steps/s, one to
 TensorBoard (tensorboardX, flushed every step, as Hugging Face's callback does) and one
@@ -102,7 +102,7 @@ def measure(kind: str, root: Path, args: argparse.Namespace) -> dict:
         [
             sys.executable,
             "-m",
-            "bench.watch_bench",
+            "bench.watch",
             "--write",
             kind,
             str(source),
@@ -193,7 +193,7 @@ def _markdown(rows: list[dict], args: argparse.Namespace, command: str) -> str:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m bench.watch_bench", description=__doc__.split("\n")[0]
+        prog="python -m bench.watch", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--rate", type=float, default=10.0, help="steps per second")
@@ -209,7 +209,7 @@ def main(argv: list[str]) -> int:
         kind, path, times = args.write
         write(kind, Path(path), args.rate, args.seconds, args.metrics, Path(times), args.start)
         return 0
-    command = "python -m bench.watch_bench " + " ".join(argv)
+    command = "python -m bench.watch " + " ".join(argv)
     with tempfile.TemporaryDirectory() as tmp:
         rows = [measure(kind, Path(tmp), args) for kind in ("tensorboard", "jsonl")]
     args.out.mkdir(parents=True, exist_ok=True)
