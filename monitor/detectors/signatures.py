@@ -72,6 +72,9 @@ class TwinRule:
     )
     persist: int = 10
     rel_tol: float = 1e-9
+    min_spread: float = 1e-5
+    """Relative range the pair must span over those steps: two ratios equal to 1 up to
+    float rounding (an exact on-policy run with bit-equal engines) are not a bug."""
     enabled: bool = True
 
 
@@ -198,7 +201,7 @@ class TwinDetector:
                 if gate.open and gate.calm(step):
                     out.append(Cleared(self.name, pair[1]))
                 continue
-            varies = len(run) == r.persist and max(run) > min(run)
+            varies = len(run) == r.persist and max(run) - min(run) > r.min_spread * abs(run[-1])
             if varies and gate.fire(step, "warning"):
                 out.append(
                     _alert(
