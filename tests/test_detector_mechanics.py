@@ -15,15 +15,19 @@ from monitor.detectors.change import ChangeDetector
 from monitor.detectors.config import SETTINGS, BreakdownRule, ChangeRule
 from monitor.store.records import AlertDraft, Cleared, Factor
 
-RULE = BreakdownRule()  # min_signals 3, horizon 30, outcome_drop 0.25
+RULE = BreakdownRule()  # min_signals 3, horizon 30, outcome_drop 0.25, extreme 100
 
 
-def warn(metric: str, factor: Factor = "staleness", detector: str | None = None) -> AlertDraft:
+def warn(
+    metric: str, factor: Factor = "staleness", detector: str | None = None, value: float = 1e3
+) -> AlertDraft:
+    """A precursor warning, by default 1000× its baseline (joint evidence of a run getting
+    worse: `BreakdownRule.extreme`)."""
     return AlertDraft(
         detector=detector or metric.replace("/", "_"),
         severity="warning",
         metric=metric,
-        value=2.0,
+        value=value,
         baseline=1.0,
         window=20,
         factor=factor,
@@ -182,3 +186,54 @@ def test_gate_fire_and_calm_are_independent_of_detectors():
     g = Gate(persist=2, clear_after=2, cooldown=5)
     assert [g.fire(0, "warning"), g.fire(1, "warning")] == [False, True]
     assert [g.calm(2), g.calm(3)] == [False, True] and not g.open
+
+
+# ---------------------------------------------------------------------------- getting worse
+def test_joint_precursors_page_only_with_a_setting_or_an_extreme_jump():
+    mild = [warn(m, value=5.0) for m in ("staleness/kl_k3", "optim/grad_norm", "x/len")]
+    assert criticals(drive({3: mild}, 10)) == []  # changing, not getting worse
+    jump = [*mild[:2], warn("x/len", value=RULE.extreme)]
+    assert criticals(drive({3: jump}, 10)) == [3]
+    below = [*mild[:2], warn("x/len", value=RULE.extreme * 0.99)]
+    assert criticals(drive({3: below}, 10)) == []
+    fell = [*mild[:2], warn("policy/entropy", value=1.0 / RULE.extreme)]  # either way
+    fell[2] = AlertDraft(**{**fell[2].__dict__, "baseline": 1.0})
+    assert criticals(drive({3: fell}, 10)) == [3]
+    setting = [*mild[:2], warn("optim/lr", value=1.5, detector="lr_rise")]
+    assert criticals(drive({3: setting}, 10)) == [3]
+    assert criticals(drive({3: mild[:1]}, 10, drops={5: 0.3})) == [5]  # the outcome confirms
+
+
+def test_a_kl_that_was_zero_learns_its_baseline_from_its_own_level_not_a_floor():
+    from monitor.detectors import DetectorSet
+    from monitor.detectors.config import DetectorsConfig
+
+    # on-policy at first (KL exactly 0), then an ordinary off-policy level of 3e-4..6e-4
+    kl = [0.0] * 30 + [3e-4 * (1 + (i % 3)) for i in range(120)]
+    d = DetectorSet(DetectorsConfig())
+    events = [x for i, v in enumerate(kl) for x in d.update(i, {"staleness/kl_k1": v})]
+    assert [x for x in events if isinstance(x, AlertDraft)] == []
+    d = DetectorSet(DetectorsConfig())  # the same level rising tenfold later is flagged
+    kl += [3e-3 * (1 + (i % 3)) for i in range(20)]
+    events = [x for i, v in enumerate(kl) for x in d.update(i, {"staleness/kl_k1": v})]
+    assert [x.detector for x in events if isinstance(x, AlertDraft)] == ["staleness_kl_k1"]
+
+
+def test_sharpening_is_info_while_the_outcome_holds_and_a_warning_once_it_falls():
+    from monitor.detectors import DetectorSet
+    from monitor.detectors.config import DetectorsConfig
+
+    def entropy_alerts(reward):
+        d = DetectorSet(DetectorsConfig())
+        rows = [
+            {"policy/entropy": 1.0 if i < 60 else 0.2, "reward/mean": reward(i)} for i in range(100)
+        ]
+        return [
+            x.severity
+            for i, row in enumerate(rows)
+            for x in d.update(i, row)
+            if isinstance(x, AlertDraft) and x.detector == "entropy_drop"
+        ]
+
+    assert entropy_alerts(lambda i: 0.2 + 0.005 * i) == ["info"]  # learning: sharpening
+    assert entropy_alerts(lambda i: 0.6 if i < 50 else 0.05) == ["warning"]  # falling

@@ -56,6 +56,9 @@ class DetectorSet:
         rule: BreakdownRule = config.breakdown
         self.breakdown = BreakdownDetector(rule) if rule.enabled else None
         self._drops = [d for d in self.detectors if isinstance(d, DropDetector)]
+        self._sharp = {
+            d.name for d in self.detectors if isinstance(d, ChangeDetector) and d.rule.sharpening
+        }
         self._signatures = {d.name for d in self.detectors if type(d) in SIGNATURES.values()}
 
     @property
@@ -73,8 +76,22 @@ class DetectorSet:
             drop = outcome_drop(drops, self.breakdown.rule.outcome)
             # a bug's signature says a number is wrong, not that the run is breaking
             evidence = [c for c in changes if c.detector not in self._signatures]
+            changes = self._demote(changes, drop)
             changes += self.breakdown.update(step, evidence, drop)
         return changes
+
+    def _demote(self, changes: list[AlertDraft | Cleared], drop: float) -> list:
+        """A sharpening rule's warning is info while the outcome holds: what a healthy
+        run does as it learns is not a precursor to show (the breakdown still reads it)."""
+        assert self.breakdown is not None
+        if drop >= self.breakdown.rule.sharpening_drop:
+            return changes
+        return [
+            dataclasses.replace(c, severity="info")
+            if isinstance(c, AlertDraft) and c.severity == "warning" and c.detector in self._sharp
+            else c
+            for c in changes
+        ]
 
 
 __all__ = [
