@@ -578,10 +578,13 @@ def test_precursors_with_the_outcome_falling_are_critical_and_blame_the_first():
     assert step > 90
 
 
-def test_three_precursors_at_once_are_critical_without_the_outcome():
+def test_three_precursors_at_once_page_without_the_outcome_only_when_one_jumped_orders():
     s = _precursors()
     for row in s[80:]:
         row["routing/mismatch_stale"] *= 10
+    assert fired(run(s), "breakdown") == []  # ×10-×30 at once: changing, not getting worse
+    for row in s[80:]:
+        row["staleness/kl_k3"] *= 10  # ×300: a jump of orders of magnitude
     ev = run(s)
     crit = [(st, x) for st, x in ev if isinstance(x, AlertDraft) and x.detector == "breakdown"]
     assert len(crit) == 1 and crit[0][0] == 83 and crit[0][1].value == 3.0

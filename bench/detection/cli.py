@@ -18,7 +18,7 @@ import shlex
 from pathlib import Path
 
 from bench import REPO, RESULTS
-from bench.detection import corpus, lab, monitors, report
+from bench.detection import corpus, lab, monitors, real_table, report
 from bench.detection.score import score_run
 from core.errors import UserError
 
@@ -69,13 +69,20 @@ def main(argv: list[str]) -> int:
         print("\n".join(table(tune(labelled))))
         return 0
     scores: dict[str, list] = {m: [] for m in report.MONITORS}
+    public: dict[str, list[dict]] = {m: [] for m in report.MONITORS}
     for run in labelled:
-        scores["ours"].append(score_run(run, monitors.ours(run.stream)))
-        scores["rlwatch"].append(score_run(run, monitors.rlwatch(run.stream)))
+        for m, fired in (
+            ("ours", monitors.ours(run.stream)),
+            ("rlwatch", monitors.rlwatch(run.stream)),
+        ):
+            scores[m].append(score_run(run, fired))
+            if run.group == "real":
+                public[m].append(real_table.judge(run, fired))
+    lines, folds = real_table.section(public)
     notes_file = RESULTS / "detection_notes.md"
     notes = notes_file.read_text().splitlines() if notes_file.is_file() else []
     command = "minirl bench detection " + shlex.join(argv)
     out = Path(args.out)
-    report.write(scores, command.strip(), out, notes)
+    report.write(scores, command.strip(), out, notes, (lines, folds, public))
     print(f"wrote {out.relative_to(REPO) if out.is_relative_to(REPO) else out}")
     return 0

@@ -41,32 +41,41 @@ def summary_table(summaries: dict[str, Summary]) -> list[str]:
     return rows
 
 
-def run_table(scores: dict[str, list[RunScore]]) -> list[str]:
+def lab_table(scores: dict[str, list[RunScore]]) -> list[str]:
+    """Lab runs pooled by config and split, seeds as a range (one row per config, not
+    per seed)."""
     rows = [
-        "| run | set | outcome | onset | cause | ours: first alert (lead) | ours: blamed | "
-        "ours: warnings / criticals | rlwatch: first alert (lead) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| config | set | seeds | runs | collapses caught (ours \\| rlwatch) | stable "
+        "with a critical (ours \\| rlwatch) | warnings (ours) |",
+        "|---|---|---|---|---|---|---|",
     ]
     theirs = {r.run: r for r in scores["rlwatch"]}
+    pools: dict[tuple[str, str], list[RunScore]] = {}
     for r in scores["ours"]:
-        t = theirs[r.run]
+        if r.run.startswith("lab/"):
+            pools.setdefault((r.run.split("/")[1], r.split), []).append(r)
+    for (config, split), runs in sorted(pools.items()):
+        seeds = sorted(_seed(r) for r in runs)
+        a = summarise(runs)
+        b = summarise([theirs[r.run] for r in runs])
         rows.append(
-            f"| {r.run} | {r.split} | {r.label} | {r.onset if r.onset is not None else '-'} | "
-            f"{r.cause or '-'} | {_first(r)} | {r.blamed or '-'} | {r.warnings} / "
-            f"{r.criticals} | {_first(t)} |"
+            f"| {config} | {split} | {seeds[0]}-{seeds[-1]} | {len(runs)} | "
+            f"{a.caught} \\| {b.caught}/{a.collapses} | "
+            f"{a.false_critical} \\| {b.false_critical}/{a.stable} | "
+            f"{sum(r.warnings for r in runs)} |"
         )
     return rows
 
 
-def _first(r: RunScore) -> str:
-    if r.first_alert is None:
-        return "none"
-    lead = f", lead {r.lead}" if r.lead is not None else ""
-    return f"{r.first_alert} ({r.first_detector}{lead})"
-
-
-def write(scores: dict[str, list[RunScore]], command: str, out: Path, notes: Sequence[str]) -> dict:
-    """Write the markdown and the JSON beside it; returns the JSON object."""
+def write(
+    scores: dict[str, list[RunScore]],
+    command: str,
+    out: Path,
+    notes: Sequence[str],
+    real: tuple[list[str], dict, dict] | None = None,
+) -> dict:
+    """Write the markdown and the JSON beside it; returns the JSON object. `real`: the
+    public runs' section (real_table.section) and their per-run objects, which lead."""
     by_split = {
         split: {m: summarise([r for r in scores[m] if r.split == split]) for m in MONITORS}
         for split in ("report", "tune")
@@ -92,7 +101,9 @@ def write(scores: dict[str, list[RunScore]], command: str, out: Path, notes: Seq
         f"{counts['stable']} stable, {counts['survived']} with an incident that did not "
         "collapse). Both monitors read the same streams step by step, with their defaults.",
         "",
-        "## Report set (every run outside the tuning set)",
+        *(real[0] if real else []),
+        "",
+        "## Lab and public runs pooled: report set (every run outside the tuning set)",
         "",
         *summary_table(by_split["report"]),
         "",
@@ -124,9 +135,9 @@ def write(scores: dict[str, list[RunScore]], command: str, out: Path, notes: Seq
         "",
         *notes,
         "",
-        "## Per run",
+        "## Lab runs by config",
         "",
-        *run_table(scores),
+        *lab_table(scores),
         "",
     ]
     out.write_text("\n".join(lines))
@@ -136,8 +147,11 @@ def write(scores: dict[str, list[RunScore]], command: str, out: Path, notes: Seq
         "tune": {m: by_split["tune"][m].as_json() for m in MONITORS},
         "report_by_source": {g: {m: s.as_json() for m, s in v.items()} for g, v in groups.items()},
         "report_unseen_seeds": {m: s.as_json() for m, s in unseen.items()},
-        "runs": {m: [vars(r) for r in scores[m]] for m in MONITORS},
+        "runs": {m: [vars(r) for r in scores[m] if r.run.startswith("lab/")] for m in MONITORS},
     }
+    if real:
+        obj["real_runs"] = real[2]
+        obj["real_runs_totals"] = real[1]
     out.with_suffix(".json").write_text(json.dumps(obj, indent=1) + "\n")
     return obj
 

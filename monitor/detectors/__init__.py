@@ -26,6 +26,7 @@ from monitor.detectors.config import (
 from monitor.detectors.drop import DropDetector
 from monitor.detectors.level import LevelDetector
 from monitor.detectors.nonfinite import NonFiniteDetector
+from monitor.detectors.signatures import SIGNATURES
 from monitor.store.records import AlertDraft, Cleared
 
 _BY_RULE: dict[type, type] = {
@@ -33,6 +34,7 @@ _BY_RULE: dict[type, type] = {
     ChangeRule: ChangeDetector,
     DropRule: DropDetector,
     NonFiniteRule: NonFiniteDetector,
+    **SIGNATURES,
 }
 
 
@@ -54,21 +56,42 @@ class DetectorSet:
         rule: BreakdownRule = config.breakdown
         self.breakdown = BreakdownDetector(rule) if rule.enabled else None
         self._drops = [d for d in self.detectors if isinstance(d, DropDetector)]
+        self._sharp = {
+            d.name for d in self.detectors if isinstance(d, ChangeDetector) and d.rule.sharpening
+        }
+        self._signatures = {d.name for d in self.detectors if type(d) in SIGNATURES.values()}
 
     @property
     def names(self) -> list[str]:
         return [d.name for d in self.detectors] + (["breakdown"] if self.breakdown else [])
 
     def update(self, step: int, scalars: Mapping[str, float]) -> list[AlertDraft | Cleared]:
-        """The alert changes of this step: each detector's, then the breakdown's."""
+        """The alert changes of this step: each detector's, then the breakdown's (which
+        reads every detector's but the bug signatures')."""
         changes: list[AlertDraft | Cleared] = []
         for detector in self.detectors:
             changes += detector.update(step, scalars)
         if self.breakdown is not None:
             drops = {d.rule.metric: d.drop for d in self._drops}
             drop = outcome_drop(drops, self.breakdown.rule.outcome)
-            changes += self.breakdown.update(step, changes, drop)
+            # a bug's signature says a number is wrong, not that the run is breaking
+            evidence = [c for c in changes if c.detector not in self._signatures]
+            changes = self._demote(changes, drop)
+            changes += self.breakdown.update(step, evidence, drop)
         return changes
+
+    def _demote(self, changes: list[AlertDraft | Cleared], drop: float) -> list:
+        """A sharpening rule's warning is info while the outcome holds: what a healthy
+        run does as it learns is not a precursor to show (the breakdown still reads it)."""
+        assert self.breakdown is not None
+        if drop >= self.breakdown.rule.sharpening_drop:
+            return changes
+        return [
+            dataclasses.replace(c, severity="info")
+            if isinstance(c, AlertDraft) and c.severity == "warning" and c.detector in self._sharp
+            else c
+            for c in changes
+        ]
 
 
 __all__ = [

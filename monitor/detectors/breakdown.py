@@ -48,7 +48,10 @@ class BreakdownDetector:
             key=lambda pair: pair[0],
         )
         signals = {_quantity(a.metric) for _, a in recent}
-        joint = len(signals) >= r.min_signals
+        worse = r.extreme <= 0 or any(
+            a.metric in r.causes or _fold(a) >= r.extreme for _, a in recent
+        )
+        joint = len(signals) >= r.min_signals and worse
         falling = len(signals) >= 1 and outcome_drop >= r.outcome_drop
         if joint or falling:
             if self._gate.fire(step, "critical"):
@@ -108,6 +111,14 @@ def _quantity(metric: str) -> str:
         if metric.endswith(suffix):
             return metric[: -len(suffix)]
     return metric
+
+
+def _fold(a: AlertDraft) -> float:
+    """How many times its baseline a precursor's value is, either way (1 when unknown)."""
+    v, b = abs(a.value), abs(a.baseline)
+    if not (v > 0 and b > 0) or v != v or b != b:
+        return 1.0
+    return max(v / b, b / v)
 
 
 def outcome_drop(drops: Mapping[str, float], outcome: Sequence[str]) -> float:

@@ -57,7 +57,7 @@ class ChangeDetector:
     def update(self, step: int, scalars: Mapping[str, float]) -> list[AlertDraft | Cleared]:
         r = self.rule
         x = reading(scalars, r.metric)
-        if x is None:
+        if x is None or (r.skip_floor and x <= r.floor and not self._gate.open):
             return []
         self._n += 1
         v = self._read(x)

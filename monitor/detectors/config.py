@@ -18,10 +18,11 @@ The defaults were chosen once on a tuning set of runs and frozen (bench/results/
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from monitor.detectors.remedies import R_APPROX, R_COLLAPSE, R_IS, R_OPTIM, R_ROUTING, R_STALE
+from monitor.detectors.signatures import KeptMassRule, PrecisionRule, ReplayLeakRule, TwinRule
 from monitor.store.records import Factor, Severity
 
 Scale = Literal["log", "linear"]
@@ -121,6 +122,14 @@ class ChangeRule:
     """The baseline is the run's early level: the first `window` points admitted after
     warm-up, then frozen (`gap` 0). A moving baseline absorbs a slow drift (10× over 400
     steps is 1.2× per 40-point window); this one measures it against where the run began."""
+    sharpening: bool = False
+    """A move healthy runs make as the policy sharpens (entropy falling, lengths growing,
+    the ESS slowly falling): shown as info while the outcome holds (`BreakdownRule.
+    sharpening_drop`), a warning once it falls; the breakdown rule reads it either way."""
+    skip_floor: bool = False
+    """Values at or below `floor` are not measured yet (a KL of 0 before the policy has
+    moved): they neither teach the baseline nor score, so the baseline is the run's own
+    level once it has one, not the floor."""
     enabled: bool = True
     """false: the rule never fires."""
 
@@ -176,7 +185,7 @@ class BreakdownRule:
 
     Fires when, among the precursor (warning) alerts opened in the last `horizon` steps
     and still open, there are at least `min_signals` distinct quantities (k1 and k3 of one
-    KL count once), or at least one
+    KL count once) with a setting or an `extreme` jump among them, or at least one
     and the outcome (`outcome` metrics, smoothed as the drop rules do) has lost at least
     `outcome_drop` of its gain. The alert blames, with the numbers of each signal, an open
     precursor on a setting (`causes`), else the factor of the IS weight (ρ, r, routing)
@@ -192,6 +201,13 @@ class BreakdownRule:
     min_signals: int = 3
     outcome_drop: float = 0.25
     horizon: int = 30
+    extreme: float = 100.0
+    """Joint precursors page without the outcome only with evidence that the run is
+    getting worse, not merely changing: a setting among them (`causes`), or one signal at
+    least this many times its baseline (a jump of orders of magnitude). 0: any joint set."""
+    sharpening_drop: float = 0.1
+    """A `sharpening` rule's alert is info until the outcome has lost this share of its
+    gain (and the run is getting worse, not sharpening)."""
     outcome: tuple[str, ...] = ("reward/mean", "eval/acc")
     enabled: bool = True
     """false: the rule never fires."""
@@ -294,7 +310,7 @@ class DetectorsConfig:
     mismatch_prob_drift: ChangeRule = drift_rule("mismatch/prob_abs_diff", floor=1e-4, fold=2.0)
     """Mean |π_old − μ_old| ≥ 2× its early level (verl's training/rollout_probs_diff_mean)."""
     mismatch_ess: ChangeRule = ChangeRule(
-        "mismatch/ess", "train_inference", "down", R_IS, min_change=1.875
+        "mismatch/ess", "train_inference", "down", R_IS, min_change=1.875, sharpening=True
     )
     """The IS weights' effective sample size falling: fewer tokens carry the update."""
     mismatch_chi2: ChangeRule = ChangeRule(
@@ -302,11 +318,23 @@ class DetectorsConfig:
     )
     """χ² of token weights E[(ρ−1)²]: the variance the IS correction pays."""
     staleness_kl: ChangeRule = ChangeRule(
-        "staleness/kl_k3", "staleness", "up", R_STALE, floor=1e-4, min_change=3.0
+        "staleness/kl_k3",
+        "staleness",
+        "up",
+        R_STALE,
+        floor=1e-8,
+        min_change=3.0,
+        skip_floor=True,
     )
     """KL(π_old‖π_θ) across the mini-batches (0 on-policy)."""
     staleness_kl_k1: ChangeRule = ChangeRule(
-        "staleness/kl_k1", "staleness", "up", R_STALE, floor=1e-4, min_change=3.0
+        "staleness/kl_k1",
+        "staleness",
+        "up",
+        R_STALE,
+        floor=1e-8,
+        min_change=3.0,
+        skip_floor=True,
     )
     """The same, k1 (verl's and slime's ppo_kl)."""
     clip_frac: ChangeRule = ChangeRule(
@@ -336,7 +364,13 @@ class DetectorsConfig:
     )
     """Gradient norm climbing to ≥ 3× its baseline."""
     entropy_drop: ChangeRule = ChangeRule(
-        "policy/entropy", "optimisation", "down", R_OPTIM, floor=1e-4, min_change=3.0
+        "policy/entropy",
+        "optimisation",
+        "down",
+        R_OPTIM,
+        floor=1e-4,
+        min_change=3.0,
+        sharpening=True,
     )
     """Entropy falling to half its baseline or less (the paper's no-IS collapse)."""
     entropy_rise: ChangeRule = ChangeRule(
@@ -344,7 +378,13 @@ class DetectorsConfig:
     )
     """Entropy doubling: the policy dissolving into noise."""
     length_rise: ChangeRule = ChangeRule(
-        "response/len_mean", "optimisation", "up", R_OPTIM, floor=1.0, min_change=2.25
+        "response/len_mean",
+        "optimisation",
+        "up",
+        R_OPTIM,
+        floor=1.0,
+        min_change=2.25,
+        sharpening=True,
     )
     """Mean response length ≥ 1.5× its baseline (runaway generations)."""
     # --- warning: a setting that moved (SETTINGS; read as exact: `setting_rule`)
@@ -362,6 +402,15 @@ class DetectorsConfig:
     clip_off: ChangeRule = setting_rule(CLIP_ON, "staleness", "down", R_STALE, fold=1.5)
     """Clipping switched off (`staleness/clip_on` 1 → 0): what `clip_stop` infers from the
     masked share, read at the setting, 2-3 steps sooner, on runs that log the setting."""
+    # --- warning: signatures of reported bugs (signatures.py; not precursors)
+    kept_mass: KeptMassRule = field(default_factory=KeptMassRule)
+    """IS-ratio mean steady below 1: the mass top-p/top-k keeps (TRL issue 6789)."""
+    r3_routing_leak: ReplayLeakRule = field(default_factory=ReplayLeakRule)
+    """A routing mismatch under R3, where it is 0 (verl PR 5037)."""
+    twin_is_metrics: TwinRule = field(default_factory=TwinRule)
+    """The training-inference and staleness ratios logged identical (slime issue 1907)."""
+    prob_precision: PrecisionRule = field(default_factory=PrecisionRule)
+    """Mean |π_old − μ_old| above 0.01: a precision problem (verl's documentation)."""
     # --- critical
     breakdown: BreakdownRule = BreakdownRule()
     """Joint evidence: several precursors at once, or one with the outcome falling."""

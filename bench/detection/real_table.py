@@ -1,0 +1,159 @@
+"""The public runs, judged as a user would: per run, per fold, per source, both monitors.
+
+A collapse is *caught* when the first warning or critical comes at least `LEAD_GOAL`
+steps before the onset and no critical comes more than `EARLY_PAGE` steps before it (a
+page that early is not about this collapse). A stable run is *paged* when any critical
+fires; stable runs whose gradient norm rose 1000× or more above its early level (the
+median of its first 10 logged values) while the outcome held are counted apart.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Sequence
+
+from bench.detection.corpus import Run
+from bench.detection.monitors import Fired
+from bench.detection.score import LEAD_GOAL
+
+EARLY_PAGE = 60
+EXPLODED = 1000.0
+
+
+def exploded(run: Run) -> bool:
+    g = [v["optim/grad_norm"] for _, v in run.stream if v.get("optim/grad_norm", 0.0) > 0]
+    return len(g) >= 10 and max(g) >= EXPLODED * statistics.median(g[:10])
+
+
+def judge(run: Run, fired: Sequence[Fired]) -> dict:
+    """One public run's object of detection.json's `real_runs`."""
+    crit = [f.step for f in fired if f.severity == "critical"]
+    first = fired[0].step if fired else None
+    caught = None
+    if run.label == "collapse" and run.onset is not None:
+        caught = (
+            first is not None
+            and run.onset - first >= LEAD_GOAL
+            and not any(c < run.onset - EARLY_PAGE for c in crit)
+        )
+    return {
+        "run": run.name,
+        "source": run.meta.get("repository", ""),
+        "trainer": run.meta.get("trainer", ""),
+        "label": run.label,
+        "onset": run.onset,
+        "fold": run.split,
+        "first_alert": first,
+        "first_critical": crit[0] if crit else None,
+        "warnings": sum(f.severity == "warning" for f in fired),
+        "caught": caught,
+        "steps": run.steps,
+        "grad_exploded": exploded(run) if run.label == "stable" else None,
+    }
+
+
+def totals(objs: Sequence[dict]) -> dict:
+    col = [o for o in objs if o["label"] == "collapse"]
+    held = [o for o in objs if o["label"] == "stable" and not o["grad_exploded"]]
+    boom = [o for o in objs if o["label"] == "stable" and o["grad_exploded"]]
+    stable_steps = sum(o["steps"] for o in held + boom)
+    warnings = sum(o["warnings"] for o in held + boom)
+    return {
+        "runs": len(objs),
+        "sources": len({o["source"] for o in objs}),
+        "collapses": len(col),
+        "caught": sum(bool(o["caught"]) for o in col),
+        "stable_held": len(held),
+        "stable_held_paged": sum(o["first_critical"] is not None for o in held),
+        "stable_exploded": len(boom),
+        "stable_exploded_paged": sum(o["first_critical"] is not None for o in boom),
+        "stable_steps": stable_steps,
+        "warnings_per_100_stable_steps": round(100 * warnings / stable_steps, 2)
+        if stable_steps
+        else None,
+    }
+
+
+def _pct(a: int, b: int) -> str:
+    return f"{a}/{b} ({100 * a / b:.0f} %)" if b else "-"
+
+
+def _row(label: str, t: dict) -> str:
+    w = t["warnings_per_100_stable_steps"]
+    return (
+        f"| {label} | {t['runs']} | {_pct(t['caught'], t['collapses'])} | "
+        f"{_pct(t['stable_held_paged'], t['stable_held'])} | "
+        f"{_pct(t['stable_exploded_paged'], t['stable_exploded'])} | "
+        f"{'-' if w is None else f'{w:.2f}'} |"
+    )
+
+
+HEAD = [
+    f"| monitor · set | runs | collapses caught (≥ {LEAD_GOAL} steps early, no critical > "
+    f"{EARLY_PAGE} before) | stable paged (grad norm held) | stable paged (grad norm ≥ "
+    f"{EXPLODED:g}×, outcome held) | warnings / 100 stable steps |",
+    "|---|---|---|---|---|---|",
+]
+
+
+def section(objs: dict[str, list[dict]]) -> tuple[list[str], dict]:
+    """Markdown lines leading detection.md, and the JSON totals (per monitor and fold)."""
+    folds = {
+        m: {f: totals([o for o in v if o["fold"] == f]) for f in ("report", "tune")}
+        for m, v in objs.items()
+    }
+    lines = [
+        "## Public runs of other trainers (bench/data/real; split by repository into folds)",
+        "",
+        "The defaults were chosen on the tuning fold only; the report fold was scored after.",
+        "",
+        *HEAD,
+    ]
+    for fold in ("report", "tune"):
+        for m in objs:
+            lines.append(_row(f"{m} · {fold} fold", folds[m][fold]))
+    by_source: dict[str, list[dict]] = defaultdict(list)
+    for o in objs["ours"]:
+        by_source[o["source"]].append(o)
+    theirs = {o["run"]: o for o in objs.get("rlwatch", [])}
+    lines += [
+        "",
+        "Per source (ours | rlwatch): fold, runs, collapses caught, stable paged (all), "
+        "warnings / 100 stable steps.",
+        "",
+        "| source | fold | runs | caught | stable paged | warnings / 100 |",
+        "|---|---|---|---|---|---|",
+    ]
+    for src, mine in sorted(by_source.items()):
+        a, b = totals(mine), totals([theirs[o["run"]] for o in mine if o["run"] in theirs])
+
+        def both(key: str, a: dict = a, b: dict = b) -> str:
+            return f"{_dash(a[key])} \\| {_dash(b.get(key))}"
+
+        paged_a = a["stable_held_paged"] + a["stable_exploded_paged"]
+        paged_b = b["stable_held_paged"] + b["stable_exploded_paged"]
+        n_stable = a["stable_held"] + a["stable_exploded"]
+        lines.append(
+            f"| {src} | {mine[0]['fold']} | {a['runs']} | {both('caught')}/{a['collapses']} | "
+            f"{paged_a} \\| {paged_b}/{n_stable} | "
+            f"{both('warnings_per_100_stable_steps')} |"
+        )
+    lines += [
+        "",
+        "Per public run (ours; `detection.json` `real_runs` has both monitors):",
+        "",
+        "| run | fold | label | onset | first alert | first critical | warnings | caught |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for o in objs["ours"]:
+        lines.append(
+            f"| {o['run'][5:]} | {o['fold']} | {o['label']} | {_dash(o['onset'])} | "
+            f"{_dash(o['first_alert'])} | {_dash(o['first_critical'])} | {o['warnings']} | "
+            f"{_dash(o['caught'])} |"
+        )
+    return lines, folds
+
+
+def _dash(v: object) -> str:
+    return "-" if v is None else str(v).lower() if isinstance(v, bool) else str(v)

@@ -1,0 +1,264 @@
+"""Signatures of bugs users have reported: a pattern in the logged numbers that one known
+bug leaves, named after it, as its own alert family.
+
+These are not precursors of a collapse (the breakdown rule does not count them): they say
+that a number the run logs cannot be right, and which reported bug makes it so.
+
+- `kept_mass` (TRL issue 6789): for a correct token IS ratio ρ = π/μ on tokens sampled
+  from μ, E_μ[ρ] = Σ π over μ's support = 1. When the rollout engine renormalises its
+  log-probs over a top-p/top-k truncated support and the trainer does not, every ratio
+  is scaled by the kept mass S, so the ratio's mean sits steadily at S < 1.
+- `r3_routing_leak` (verl PR 5037): under rollout routing replay (R3) the training pass
+  routes through the experts the rollout chose, so the routing mismatch is exactly 0; a
+  non-zero one means the replay lands on the wrong routers (a shifted layer index).
+- `twin_is_metrics` (slime issue 1907): the training-inference ratio ρ and the staleness
+  ratio r are different quantities; logged identical, step after step, one of them is
+  the other's number.
+- `prob_precision` (verl's documentation): a mean |π_old − μ_old| of the sampled tokens'
+  probabilities above 0.01 is a precision problem of the engines, not noise.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from monitor.detectors.base import Gate, fmt, median, reading
+from monitor.detectors.remedies import R_IS, R_ROUTING
+from monitor.store.records import AlertDraft, Cleared, Factor
+
+ROUTING_REPLAY = "routing/replay"
+"""The routing replay mode a trainer logs as a number: 0 none, 2 R2, 3 R3."""
+
+
+@dataclass(frozen=True)
+class KeptMassRule:
+    """The IS-ratio mean held at S < 1 (TRL issue 6789): the median of the last `window`
+    values at most 1 − `margin`, every one of them within `spread` of it (the bias is a
+    constant factor, not noise). When `setting` (the sampling's top-p) is logged below 1,
+    the message says whether the mean matches it."""
+
+    metric: str = "mismatch/ratio_mean"
+    setting: str = "sampling/top_p"
+    window: int = 10
+    margin: float = 0.02
+    spread: float = 0.01
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
+class ReplayLeakRule:
+    """A routing mismatch above `tol` for `persist` steps while `mode` logs R3 (verl PR
+    5037)."""
+
+    metric: str = "routing/mismatch_train_infer"
+    mode: str = ROUTING_REPLAY
+    r3: float = 3.0
+    tol: float = 0.0
+    persist: int = 3
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
+class TwinRule:
+    """Two metrics that must differ logged equal (to `rel_tol`) for `persist` consecutive
+    steps while they vary (slime issue 1907). Each pair is (training-inference, staleness)."""
+
+    pairs: tuple[tuple[str, str], ...] = (
+        ("mismatch/ratio_mean", "staleness/ratio_mean"),
+        ("mismatch/kl_k1", "staleness/kl_k1"),
+        ("train/tis", "train/ois"),
+    )
+    persist: int = 10
+    rel_tol: float = 1e-9
+    min_spread: float = 1e-5
+    """Relative range the pair must span over those steps: two ratios equal to 1 up to
+    float rounding (an exact on-policy run with bit-equal engines) are not a bug."""
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
+class PrecisionRule:
+    """Mean |π_old − μ_old| above `level` for `persist` steps (verl's documentation:
+    `training/rollout_probs_diff_mean` above 0.01 is a precision problem)."""
+
+    metric: str = "mismatch/prob_abs_diff"
+    level: float = 0.01
+    persist: int = 5
+    enabled: bool = True
+
+
+def _alert(
+    name: str, metric: str, value: float, base: float, factor: Factor, msg: str, remedy: str
+) -> AlertDraft:
+    return AlertDraft(name, "warning", metric, value, base, 0, factor, msg, remedy)
+
+
+class KeptMassDetector:
+    def __init__(self, name: str, rule: KeptMassRule) -> None:
+        self.name, self.rule = name, rule
+        self._recent: deque[float] = deque(maxlen=rule.window)
+        self._gate = Gate(clear_after=rule.window)
+        self._setting: float | None = None
+
+    def update(self, step: int, scalars: Mapping[str, float]) -> list[AlertDraft | Cleared]:
+        r = self.rule
+        s = reading(scalars, r.setting)
+        if s is not None:
+            self._setting = s
+        x = reading(scalars, r.metric)
+        if x is None:
+            return []
+        self._recent.append(x)
+        if len(self._recent) < r.window:
+            return []
+        med = median(list(self._recent))
+        steady = all(abs(v - med) <= r.spread for v in self._recent)
+        if steady and med <= 1.0 - r.margin:
+            if not self._gate.fire(step, "warning"):
+                return []
+            top_p = self._setting
+            match = ""
+            if top_p is not None and top_p < 1.0:
+                near = abs(med - top_p) <= r.margin
+                match = f"; top-p is {fmt(top_p)}: {'the mean is' if near else 'not'} its mass"
+            return [
+                _alert(
+                    self.name,
+                    r.metric,
+                    x,
+                    1.0,
+                    "train_inference",
+                    f"the IS-ratio mean has held at {fmt(med)} (±{fmt(r.spread)})"
+                    f" for {r.window} steps,"
+                    f" where a correct ratio averages 1: the probability mass a top-p/top-k"
+                    f" truncation keeps (TRL issue 6789: the rollout's log-probs renormalised over"
+                    f" the truncated support, the trainer's over the full vocabulary){match}",
+                    "recompute the trainer's log-probs on the rollout's truncated support "
+                    "(or sample without top-p/top-k), then compare the ratio mean with 1",
+                )
+            ]
+        if not self._gate.open:
+            self._gate.quiet()
+        elif self._gate.calm(step):
+            return [Cleared(self.name, r.metric)]
+        return []
+
+
+class ReplayLeakDetector:
+    def __init__(self, name: str, rule: ReplayLeakRule) -> None:
+        self.name, self.rule = name, rule
+        self._gate = Gate(persist=rule.persist, clear_after=rule.persist)
+
+    def update(self, step: int, scalars: Mapping[str, float]) -> list[AlertDraft | Cleared]:
+        r = self.rule
+        mode, x = reading(scalars, r.mode), reading(scalars, r.metric)
+        if mode is None or x is None:
+            return []
+        if mode == r.r3 and x > r.tol:
+            if not self._gate.fire(step, "warning"):
+                return []
+            return [
+                _alert(
+                    self.name,
+                    r.metric,
+                    x,
+                    0.0,
+                    "routing",
+                    f"{r.metric} = {fmt(x)} under R3 for {r.persist} steps, where replaying the"
+                    f" rollout's experts makes it exactly 0: the replay lands on the wrong routers"
+                    f" (verl PR 5037: a layer index shifted by the dense layers before the MoE"
+                    " ones)",
+                    "check the replay's layer mapping (global layer number, not list position) "
+                    "against the rollout's routed-experts tensor; " + R_ROUTING,
+                )
+            ]
+        if not self._gate.open:
+            self._gate.quiet()
+        elif self._gate.calm(step):
+            return [Cleared(self.name, r.metric)]
+        return []
+
+
+class TwinDetector:
+    def __init__(self, name: str, rule: TwinRule) -> None:
+        self.name, self.rule = name, rule
+        self._runs = {pair: deque(maxlen=rule.persist) for pair in rule.pairs}
+        self._gates = {pair: Gate() for pair in rule.pairs}
+
+    def update(self, step: int, scalars: Mapping[str, float]) -> list[AlertDraft | Cleared]:
+        r, out = self.rule, []
+        for pair, run in self._runs.items():
+            a, b = reading(scalars, pair[0]), reading(scalars, pair[1])
+            if a is None or b is None:
+                continue
+            gate = self._gates[pair]
+            if abs(a - b) <= r.rel_tol * max(abs(a), abs(b), 1e-300):
+                run.append(a)
+            else:
+                run.clear()
+                if gate.open and gate.calm(step):
+                    out.append(Cleared(self.name, pair[1]))
+                continue
+            varies = len(run) == r.persist and max(run) - min(run) > r.min_spread * abs(run[-1])
+            if varies and gate.fire(step, "warning"):
+                out.append(
+                    _alert(
+                        self.name,
+                        pair[1],
+                        b,
+                        a,
+                        "train_inference",
+                        f"{pair[0]} and {pair[1]} have been logged identical for {r.persist} steps"
+                        f" (now {fmt(a)}), as they vary: the training-inference ratio and the"
+                        f" staleness ratio are different quantities, so one is the other's number"
+                        f" (slime issue 1907)",
+                        "check which log-probs each ratio is computed from (rollout, θ_old, θ); "
+                        + R_IS,
+                    )
+                )
+        return out
+
+
+class PrecisionDetector:
+    def __init__(self, name: str, rule: PrecisionRule) -> None:
+        self.name, self.rule = name, rule
+        self._gate = Gate(persist=rule.persist, clear_after=rule.persist)
+
+    def update(self, step: int, scalars: Mapping[str, float]) -> list[AlertDraft | Cleared]:
+        r = self.rule
+        x = reading(scalars, r.metric)
+        if x is None:
+            return []
+        if x > r.level:
+            if not self._gate.fire(step, "warning"):
+                return []
+            return [
+                _alert(
+                    self.name,
+                    r.metric,
+                    x,
+                    r.level,
+                    "train_inference",
+                    f"{r.metric} = {fmt(x)} > {fmt(r.level)} for {r.persist} steps: the training"
+                    f" and rollout engines' probabilities differ by more than the 0.01 verl's"
+                    f" documentation calls a precision problem",
+                    "align the engines' numerics (dtype of the lm_head and logits, kernels, "
+                    "weight sync) before correcting with IS; " + R_IS,
+                )
+            ]
+        if not self._gate.open:
+            self._gate.quiet()
+        elif self._gate.calm(step):
+            return [Cleared(self.name, r.metric)]
+        return []
+
+
+SIGNATURES: dict[type, type] = {
+    KeptMassRule: KeptMassDetector,
+    ReplayLeakRule: ReplayLeakDetector,
+    TwinRule: TwinDetector,
+    PrecisionRule: PrecisionDetector,
+}
+"""Rule type -> detector: the signature family (the breakdown rule ignores it)."""

@@ -1,0 +1,32 @@
+"""The public runs' verdicts: caught needs a lead of 10 steps and no page 60 steps early."""
+
+from __future__ import annotations
+
+from bench.detection.corpus import Run
+from bench.detection.monitors import Fired
+from bench.detection.real_table import judge, totals
+
+
+def run(label: str, onset: int | None, grad: list[float]) -> Run:
+    stream = [(i, {"optim/grad_norm": g}) for i, g in enumerate(grad)]
+    return Run(
+        "real/x", "real", "report", stream, meta={"repository": "a/b"}, label=label, onset=onset
+    )
+
+
+def test_caught_needs_the_lead_and_no_page_long_before_the_onset():
+    r = run("collapse", 100, [1.0] * 120)
+    assert judge(r, [Fired(90, "warning", "d", "optimisation")])["caught"] is True
+    assert judge(r, [Fired(91, "warning", "d", "optimisation")])["caught"] is False
+    early_page = [Fired(39, "critical", "breakdown", "staleness")]
+    assert judge(r, early_page)["caught"] is False
+    assert judge(r, [Fired(40, "critical", "breakdown", "staleness")])["caught"] is True
+    assert judge(r, [])["caught"] is False
+
+
+def test_stable_runs_whose_gradient_exploded_are_counted_apart():
+    held = judge(run("stable", None, [1.0] * 50 + [999.0]), [Fired(3, "critical", "x", "y")])
+    boom = judge(run("stable", None, [1.0] * 50 + [1000.0]), [])
+    t = totals([held, boom])
+    assert (t["stable_held"], t["stable_held_paged"], t["stable_exploded"]) == (1, 1, 1)
+    assert t["warnings_per_100_stable_steps"] == 0.0
