@@ -245,7 +245,7 @@ def test_live_page_tells_what_happened_and_marks_it_where_it_happened(runs: Path
     assert "ⓘ levels (info: shown, never acted on): mismatch/ess" in text
     assert "**induced incident** (scripted): clipping switched off" in text
     assert "◆ action **set_clip**" in text and "⟲ **rolled back to step 20**" in text
-    assert "back at its pre-episode level (0.400 at step 30)" in text
+    assert "back at its pre-episode level (within noise 0.01 of its best 0.400, at step 30)" in text
     tiles = {m.label: m.value for m in at.metric}
     assert "mismatch/kl_k1" not in tiles  # the tile shows k3, never a negative KL
     assert re.fullmatch(r"3\.\de-4", tiles["mismatch/kl_k3"])  # 3.2e-4, not 0.000… or cut

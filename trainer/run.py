@@ -259,6 +259,8 @@ def _start_inference(run: RunState, start: ColdStart, resume: bool) -> None:
         acc = _evaluate(run)
         mon.log(0, acc)
         run.bar.message(f"held-out accuracy after cold start: {acc['eval/acc']:.3f}")
+        if run.cfg.train.remediation and run.cfg.checkpoint_every:
+            _checkpoint(run)  # a run that falls from its start rolls back to its start
 
 
 def _close(run: RunState, stopped: str, collapsed: str | None = None) -> None:
@@ -360,10 +362,10 @@ def _eval_due(run: RunState) -> bool:
 
 def _checkpoint(run: RunState) -> None:
     """Save the policy, its optimiser, the controls and the data position at run.step;
-    keep the newest few and the healthy one an open episode would roll back to. The
-    checkpoint event says whether it was taken inside an episode (`healthy`)."""
+    keep the newest few and the latest healthy one, where a rollback goes. The checkpoint
+    event says whether it was measured healthy and why (monitor/remediation/healthy.py)."""
     mon = run.mon
-    protect = mon.last_healthy_step(list(list_checkpoints(run.run_dir)))
+    healthy = mon.healthy_checkpoint(list(list_checkpoints(run.run_dir)))
     path = save_checkpoint(
         run.run_dir,
         run.step,
@@ -371,9 +373,16 @@ def _checkpoint(run: RunState) -> None:
         run.controls,
         run.cfg.keep_checkpoints,
         pos=run.pos,
-        protect=frozenset() if protect is None else frozenset({protect}),
+        protect=frozenset() if healthy is None else frozenset({healthy.step}),
     )
-    healthy = mon.episode_start() is None
+    verdict = mon.judge_checkpoints([run.step])[0]
     mon.event(
-        "checkpoint", {"step": run.step, "pos": run.pos, "path": str(path), "healthy": healthy}
+        "checkpoint",
+        {
+            "step": run.step,
+            "pos": run.pos,
+            "path": str(path),
+            "healthy": verdict.healthy,
+            "why": verdict.reason,
+        },
     )

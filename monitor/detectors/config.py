@@ -158,6 +158,10 @@ class DropRule:
     largest that moves no lab alert. An open alert clears on the fall, not the guard."""
     cooldown: int = 50
     enabled: bool = True
+    from_start: bool = False
+    """The first observation is a peak too, even inside the warm-up: a run that falls
+    below its starting level from the start has collapsed (for held-out accuracy,
+    measured once per evaluation, so little noise to mistake for a peak)."""
 
 
 @dataclass(frozen=True)
@@ -356,7 +360,9 @@ class DetectorsConfig:
     """Joint evidence: several precursors at once, or one with the outcome falling."""
     reward_collapse: DropRule = DropRule("reward/mean", R_COLLAPSE)
     """Smoothed training reward lost half of its gain: the collapse itself."""
-    eval_collapse: DropRule = DropRule("eval/acc", R_COLLAPSE, ewma_alpha=0.5, warmup=3)
+    eval_collapse: DropRule = DropRule(
+        "eval/acc", R_COLLAPSE, ewma_alpha=0.5, warmup=3, from_start=True
+    )
     """Held-out accuracy lost half of its gain."""
     nonfinite: NonFiniteRule = NonFiniteRule()
     """NaN/inf in any scalar (loss, gradients, weights...)."""

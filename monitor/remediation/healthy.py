@@ -43,15 +43,22 @@ class Verdict:
 def noise_band(scores: Sequence[float]) -> float:
     """`NOISE_WIDTH` robust standard deviations of one evaluation, at least `MIN_NOISE`.
 
-    The scatter of successive differences (1.4826 · MAD / √2) measures evaluation noise
-    without mistaking the run's trend for it."""
+    The scatter of successive differences around their median (1.4826 · MAD / √2)
+    measures evaluation noise without mistaking the run's trend for it: a steady fall
+    moves every difference alike and leaves no scatter."""
     finite = [s for s in scores if math.isfinite(s)]
-    diffs = sorted(abs(b - a) for a, b in itertools.pairwise(finite))
+    diffs = [b - a for a, b in itertools.pairwise(finite)]
     if len(diffs) < 3:
         return MIN_NOISE
-    mid = len(diffs) // 2
-    mad = diffs[mid] if len(diffs) % 2 else (diffs[mid - 1] + diffs[mid]) / 2
+    centre = _median(diffs)
+    mad = _median([abs(d - centre) for d in diffs])
     return max(MIN_NOISE, NOISE_WIDTH * 1.4826 * mad / math.sqrt(2))
+
+
+def _median(xs: Sequence[float]) -> float:
+    xs = sorted(xs)
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
 
 
 def _open_at(
