@@ -83,6 +83,9 @@ class RemediationConfig:
     eps_low: float = 0.2
     eps_high: float = 0.27
     lr_factor: float = 0.5
+    r3_mini_batches: int = 4
+    """An MoE run with at least this many mini-batches per rollout (a high off-policy
+    degree) gets routing replay R3 at a breakdown, whatever factor is blamed."""
     """A breakdown blamed on the optimisation caps the lr at this × its pre-episode value."""
     onset_margin: int = 5
     """A precursor alert opens a few steps after its signal started moving (persistence):

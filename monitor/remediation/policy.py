@@ -32,6 +32,14 @@ Two tiers, from the paper's recipes (arXiv 2512.01374):
 | approximation | length norm off, else IS on, else clipping on, else fewer mini-batches |
 | optimisation | cap the learning rate at half its pre-episode value for the rest of the run |
 
+Beside the blamed factor's fix, every breakdown applies the paper's recipe for the run as
+configured (`recipe`), whether a setting was changed part-way or set so from the start:
+clipping on for off-policy updates (more than one mini-batch per rollout; a precursor of
+any factor turns it on too), IS correction on for low-precision (quantised) rollouts, R3
+for an MoE at `r3_mini_batches` or more, and, for an outcome collapse with no precursor
+to blame, fewer mini-batches beside the lr cap. The factor that moved first is often a
+symptom in a collapse nobody scripted; the recipe does not wait for the right blame.
+
 An outcome alert (reward or held-out accuracy falling) is fixed for the precursor that
 opened first, a setting that moved (the lr, the mini-batches per rollout, the rollout
 precision, clipping) before any symptom. A cause that persists is held off: the lr cap, the
@@ -111,16 +119,13 @@ class RemediationPolicy:
                         "only at a breakdown",
                     }
                 )
-            return []
-        if alert.factor in ("staleness", "approximation") and not controls.get("clip", True):
-            return [
-                _d(
-                    "set_clip",
-                    {"enabled": True, "eps_low": c.eps_low, "eps_high": c.eps_high},
-                    f"{why} → clipping is off: turn it on (ε {c.eps_low:g}/{c.eps_high:g})",
-                    alert,
-                )
-            ]
+            if mini <= 1 or controls.get("clip", True):
+                return []
+        # off-policy updates need clipping whatever the precursor; at a breakdown that is
+        # `recipe`'s, beside the factor's own fix
+        off_policy = (mini > 1 and not breakdown) or alert.factor in ("staleness", "approximation")
+        if off_policy and not controls.get("clip", True):
+            return [self._clip_on(alert, mini, why)]
         if alert.factor == "routing" and mini > 1 and controls.get("routing_replay") == "none":
             mode = "R2" if mini <= 2 else "R3"
             return [
@@ -132,6 +137,18 @@ class RemediationPolicy:
                 )
             ]
         return []
+
+    def _clip_on(self, alert: Alert, mini: int, why: str) -> ActionDraft:
+        c = self.cfg
+        what = (
+            f"{mini} mini-batches per rollout without clipping" if mini > 1 else "clipping is off"
+        )
+        return _d(
+            "set_clip",
+            {"enabled": True, "eps_low": c.eps_low, "eps_high": c.eps_high},
+            f"{why} → {what}: turn it on (ε {c.eps_low:g}/{c.eps_high:g})",
+            alert,
+        )
 
     @staticmethod
     def _finer_rollouts(alert: Alert, controls: Mapping[str, Any], why: str) -> list[ActionDraft]:
@@ -162,12 +179,59 @@ class RemediationPolicy:
         recommended setting is put back first; a staleness breakdown also takes the
         recipe's next step (fewer mini-batches): clipping alone does not undo 8×."""
         why = _heading(alert)
-        settled = self.settle(alert, controls)
-        if settled and alert.factor != "staleness":
-            return settled
-        for d in settled:
-            controls = apply_to_controls(controls, d.kind, d.params)
-        return settled + self._next_step(alert, controls, context, why)
+        drafts = self.settle(alert, controls)
+        if not drafts or alert.factor == "staleness":
+            after = controls
+            for d in drafts:
+                after = apply_to_controls(after, d.kind, d.params)
+            drafts = drafts + self._next_step(alert, after, context, why)
+        return drafts + self.recipe(alert, controls, drafts, why)
+
+    def recipe(
+        self,
+        alert: Alert,
+        controls: Mapping[str, Any],
+        already: Sequence[ActionDraft] = (),
+        why: str = "",
+    ) -> list[ActionDraft]:
+        """The paper's recipe for the run as configured, at any breakdown whatever factor
+        is blamed (the first metric to move is often a symptom), whether the setting was
+        changed part-way or set so from the start: clipping on for off-policy updates, IS
+        correction on for low-precision rollouts, R3 for an MoE at a high off-policy
+        degree, fewer mini-batches and a lower lr when the outcome fell with no precursor
+        to blame. `already`: the factor's own fix (a kind it has is not repeated)."""
+        c, kinds = self.cfg, {d.kind for d in already}
+        why = why or _heading(alert)
+        mini = int(controls.get("mini_batches", 1))
+        out: list[ActionDraft] = []
+        if mini > 1 and not controls.get("clip", True) and "set_clip" not in kinds:
+            out.append(self._clip_on(alert, mini, why))
+        quant = controls.get("rollout_quant", "none")
+        low = QUANT_BITS.get(quant, 16) < 16
+        if low and _is_off(controls) and "set_is_correction" not in kinds:
+            out.append(
+                _d(
+                    "set_is_correction",
+                    {"enabled": True, "cap": c.tis_cap},
+                    f"{why} → {quant} rollouts without IS correction: turn on token TIS "
+                    f"(cap {c.tis_cap:g})",
+                    alert,
+                )
+            )
+        high = controls.get("moe") and mini >= c.r3_mini_batches
+        if high and controls.get("routing_replay") != "R3" and "set_routing_replay" not in kinds:
+            out.append(
+                _d(
+                    "set_routing_replay",
+                    {"mode": "R3"},
+                    f"{why} → an MoE at {mini} mini-batches per rollout: replay the "
+                    "rollout's routes (R3)",
+                    alert,
+                )
+            )
+        if alert.factor == "optimisation" and mini > 1 and "set_mini_batches_cap" not in kinds:
+            out.append(self._fewer_mini_batches(alert, mini, (), why))
+        return out
 
     def _next_step(
         self, alert: Alert, controls: Mapping[str, Any], context: Sequence[Alert], why: str
