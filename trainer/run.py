@@ -51,6 +51,7 @@ from trainer.engines.config import WeightQuant
 from trainer.engines.factory import make_inference_engine, make_training_engine
 from trainer.engines.quant import rollout_bits
 from trainer.evaluate import evaluate, policy_accuracy
+from trainer.forks import experiment
 from trainer.incidents import due
 from trainer.outcome import collapse
 from trainer.progress import NoProgress, Progress
@@ -184,31 +185,22 @@ def _steps(run: RunState) -> str:
         # ---- step boundary: scripted incidents, then remediation actions ----------------
         for incident in due(tc.incidents, run.step + 1):
             induce(run, incident)
+        before = run.controls
         request = apply_actions(run)  # automatic or from the dashboard
         if request is not None and request.kind == "stop":
             return "stop action"
         if request is not None and request.kind == "rollback":
-            rollback(run, request)
+            # to the healthy checkpoint: remedies tried on forks first (trainer/forks.py)
+            forked = request.step is None and tc.remediation and experiment(run, before, _take)
+            if not forked:
+                rollback(run, request)
         run.step += 1
         run.pos += 1
         run.set_lr()
 
         # ---- the MiniRL step -------------------------------------------------------------
-        examples = run.task.sample_train(tc.prompts_per_step, seed=f"{run.cfg.seed}:{run.pos}")
         try:
-            result = rl_step(
-                examples,
-                run.policy,
-                run.engine,
-                run.task,
-                run.controls,
-                run.cfg.sampling,
-                seed=run.cfg.seed * 1_000_003 + run.pos,
-                advantage_baseline=tc.advantage_baseline,
-                advantage_std_norm=tc.advantage_std_norm,
-                diagnostics=tc.diagnostics,
-                probe_grad_cosine=tc.grad_cosine_every > 0 and run.step % tc.grad_cosine_every == 0,
-            )
+            result = _take(run)
         except NonFiniteBatch as err:
             streak += 1
             if not _record_nonfinite(run, str(err), streak):
@@ -237,6 +229,26 @@ def _steps(run: RunState) -> str:
         if run.cfg.checkpoint_every and run.step % run.cfg.checkpoint_every == 0 and not streak:
             _checkpoint(run)
     return "completed"
+
+
+def _take(run: RunState) -> StepResult:
+    """The MiniRL step at the run's data position (its prompts and sampling seed), with
+    the run's controls; raises NonFiniteBatch. The loop's step and a fork's alike."""
+    tc = run.cfg.train
+    examples = run.task.sample_train(tc.prompts_per_step, seed=f"{run.cfg.seed}:{run.pos}")
+    return rl_step(
+        examples,
+        run.policy,
+        run.engine,
+        run.task,
+        run.controls,
+        run.cfg.sampling,
+        seed=run.cfg.seed * 1_000_003 + run.pos,
+        advantage_baseline=tc.advantage_baseline,
+        advantage_std_norm=tc.advantage_std_norm,
+        diagnostics=tc.diagnostics,
+        probe_grad_cosine=tc.grad_cosine_every > 0 and run.step % tc.grad_cosine_every == 0,
+    )
 
 
 def _start_inference(run: RunState, start: ColdStart, resume: bool) -> None:
