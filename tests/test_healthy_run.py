@@ -76,3 +76,27 @@ def test_dashboard_and_analyze_never_call_a_collapsed_state_recovered(tmp_path):
     rec = analyze_run(str(tmp_path / "r")).recovery
     assert rec is not None and rec["recovered"] is False
     assert rec["eval_acc"] == 0.043 and "pre-episode best 0.26" in rec["why"]
+
+
+def test_analyze_tells_the_recovery_verdict_and_a_fork_experiment(tmp_path):
+    from monitor.cli.analyze import _text
+
+    mon = _run(tmp_path, EVALS, alert_from=45)
+    mon.event(
+        "fork_experiment",
+        {
+            "from_step": 20,
+            "k": 4,
+            "candidates": [
+                {"name": "policy fix", "score": 0.2},
+                {"name": "lr halved", "score": 0.3},
+            ],
+            "chosen": "lr halved",
+            "cost_steps": 8,
+        },
+    )
+    mon.close()
+    text = _text(analyze_run(str(tmp_path / "r")))
+    assert "recovery: NOT recovered at step 50" in text and "pre-episode best 0.26" in text
+    assert "fork experiment from the checkpoint of step 20: 2 remedies × 4 steps" in text
+    assert "chose lr halved; cost 8 extra steps" in text
