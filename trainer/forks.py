@@ -146,6 +146,11 @@ def experiment(run: RunState, before: Controls, take: Callable[[RunState], StepR
             "budget_left": fork_budget(run) - k * len(tried),
         },
     )
+    was = "" if verdict.score is None else f" (was {verdict.score:.3f} there)"
+    run.bar.message(
+        f"rolled back to the checkpoint of step {verdict.step} (at step {at}); held-out "
+        f"accuracy {after:.3f}{was}"
+    )
     run.bar.message(
         f"fork experiment from step {verdict.step}: "
         + ", ".join(f"{c.name} {s['score']:.3f}" for c, s in zip(tried, scores, strict=True))
