@@ -31,7 +31,7 @@ from monitor.config import MonitorConfig
 from monitor.detectors import DetectorSet
 from monitor.detectors.config import SETTINGS
 from monitor.remediation.actions import apply_to_controls
-from monitor.remediation.healthy import Verdict, judge, last_healthy
+from monitor.remediation.healthy import Verdict, judge, last_healthy, noise_band
 from monitor.remediation.policy import RemediationPolicy
 from monitor.store.histograms import bin_values, spec_for
 from monitor.store.reader import RunReader
@@ -287,12 +287,16 @@ class Monitor:
         A symptom's alert counts from `remediation.onset_margin` steps before it opened
         (its signal started to move earlier), a setting's from its own step."""
         self._check_open()
-        return last_healthy(list(candidates), self.scores(), self.precursors())
+        scores, precursors = self.scores(), self.precursors()
+        return last_healthy(
+            list(candidates), scores, precursors, noise=_calm_noise(scores, precursors)
+        )
 
     def judge_checkpoints(self, candidates: Sequence[int]) -> list[Verdict]:
         """A verdict on each candidate, oldest first (why each is or is not healthy)."""
         self._check_open()
-        return judge(list(candidates), self.scores(), self.precursors())
+        scores, precursors = self.scores(), self.precursors()
+        return judge(list(candidates), scores, precursors, noise=_calm_noise(scores, precursors))
 
     def scores(self) -> list[tuple[int, float]]:
         """(step, held-out accuracy) of every evaluation; the training reward per step for
@@ -385,6 +389,15 @@ class Monitor:
     def _check_open(self) -> None:
         if self._closed:
             raise UserError("this Monitor is closed")
+
+
+def _calm_noise(
+    scores: Sequence[tuple[int, float]], precursors: Sequence[tuple[int, int | None]]
+) -> float:
+    """The evaluation noise band read from the evaluations no precursor was open at: a
+    collapse's falls and a rollback's jump back would pass for noise otherwise."""
+    calm = [v for s, v in scores if not any(o <= s and (c is None or s < c) for o, c in precursors)]
+    return noise_band(calm)
 
 
 def _prometheus_exporter(run_name: str, port: int) -> Exporter:
