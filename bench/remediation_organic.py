@@ -36,7 +36,7 @@ from bench import REPO, RESULTS
 from bench.detection import lab
 from bench.remediation_verdicts import TOLERANCE
 from core.errors import UserError
-from monitor.analysis.analyze import find_onset
+from monitor.analysis.analyze import MIN_POINTS, find_onset
 from monitor.detectors.config import DetectorsConfig
 from monitor.store.reader import RunReader
 
@@ -76,11 +76,20 @@ def _evals(run_dir: Path) -> tuple[list[int], list[float]]:
 
 
 def _collapsed(run_dir: Path) -> bool:
+    """The monitor's eval collapse rule on the whole series: the analysis onset where the
+    run has enough evaluations for it, else the same drop on the raw evaluations (the
+    final level: the median of the last 3) from the best, the first one included."""
     import numpy as np
 
     steps, values = _evals(run_dir)
     rule = DetectorsConfig().eval_collapse
-    return find_onset(np.array(steps), np.array(values), "eval/acc", rule) is not None
+    if len(values) >= MIN_POINTS:
+        return find_onset(np.array(steps), np.array(values), "eval/acc", rule) is not None
+    if len(values) < 3:
+        return False
+    peak, final = max(values), statistics.median(values[-3:])
+    gain = peak - min(rule.zero, min(values))
+    return gain >= rule.min_peak_gain and (peak - final) / gain >= rule.crit_drop
 
 
 def read_pair(config: str, seed: int, off: Path, on: Path) -> OrganicPair:
