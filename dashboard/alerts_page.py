@@ -183,6 +183,38 @@ def history_body(path: str, name: str) -> None:
     if events:
         st.markdown("#### Induced incidents, rollbacks and actions held back")
         st.dataframe(events, hide_index=True, width="stretch")
+    forks = _fork_table(rec.events)
+    if forks:
+        st.markdown("#### Remedies tried on forks (the run continued with the ✓ one)")
+        st.dataframe(forks, hide_index=True, width="stretch")
+
+
+def _fork_table(events: tuple[Event, ...]) -> list[dict[str, Any]]:
+    """One row per candidate of each fork experiment: what it changed, its fork's
+    held-out accuracy and alerts, its score, and whether the run continued with it."""
+    rows = []
+    for e in events:
+        if e.kind != "fork_experiment":
+            continue
+        d = e.detail
+        for c in d.get("candidates", []):
+            rows.append(
+                {
+                    "after step": e.step,
+                    "from checkpoint": d.get("from_step"),
+                    "fork steps": d.get("k"),
+                    "remedy": c.get("name"),
+                    "changes": "; ".join(
+                        f"{kind} ({params_text(params)})" for kind, params in c.get("actions", [])
+                    ),
+                    "held-out acc": c.get("eval_acc"),
+                    "alerts": c.get("alerts"),
+                    "score": c.get("score"),
+                    "chosen": "✓" if c.get("name") == d.get("chosen") else "",
+                    "experiment cost (steps)": d.get("cost_steps"),
+                }
+            )
+    return rows
 
 
 def _event_table(events: tuple[Event, ...]) -> list[dict[str, Any]]:

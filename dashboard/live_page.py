@@ -58,7 +58,7 @@ from dashboard.ui import (
     one_run,
     settings,
 )
-from monitor.detectors.config import CLIP_ON, MINI_BATCHES, ROLLOUT_BITS
+from monitor.detectors.rules import CLIP_ON, MINI_BATCHES, ROLLOUT_BITS
 
 MAX_SPANS = 60
 MAX_MARKS = 400

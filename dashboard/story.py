@@ -2,11 +2,11 @@
 
 One markdown line per induced incident, episode (its start with the blamed factor and
 the evidence, where it turned critical, where it ended), action (applied, rejected or
-pending), action the policy held back (its advice, a limit), rollback, and the
-evaluation where held-out accuracy was back at its pre-episode level after the episode's
-first action. Changes made at a step boundary read 'step 29→30' (after step 29's record,
-before step 30). A pure function of the monitor's records and the run's evaluations; the
-episodes are marks.py's.
+pending), action the policy held back (its advice, a limit), rollback (to which
+checkpoint, judged healthy why), and the evaluation where held-out accuracy was back
+within noise of its pre-episode best after the episode's first action. Changes made at
+a step boundary read 'step 29→30' (after step 29's record, before step 30). A pure
+function of the monitor's records and the run's evaluations; the episodes are marks.py's.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from dashboard.marks import BOUNDARY, episode_groups
 from monitor.analysis.event_text import held_back_text, params_text
+from monitor.remediation.healthy import noise_band, recovered
 from monitor.store.records import Action, Alert, Event
 
 
@@ -53,6 +54,10 @@ def story(
             after, before = e.detail.get("eval_acc_after"), e.detail.get("eval_acc_before")
             acc = "" if after is None else f", held-out accuracy {after:.3f}"
             acc += "" if before is None else f" (last evaluation up to it: {before:.3f})"
+            verdict = e.detail.get("healthy")
+            if isinstance(verdict, dict) and verdict.get("reason"):
+                ok = "judged healthy" if verdict.get("healthy") else "NOT healthy"
+                acc += f"; {ok}: {verdict['reason']}"
             add(
                 e.step + BOUNDARY,
                 2,
@@ -80,12 +85,12 @@ def story(
         acted = [a.resolved_step for a in done if span.start <= (a.resolved_step or -1) <= span.end]
         back = _back_to(evals, span.start, min(acted)) if acted else None
         if back is not None:
-            (s0, v0), (s1, v1) = back
+            (s0, v0), (s1, v1), band = back
             add(
                 s1,
                 3,
                 f"{s1} · ✓ held-out accuracy {v1:.3f}: back at its pre-episode level "
-                f"({v0:.3f} at step {s0})",
+                f"(within noise {band:.2g} of its best {v0:.3f}, at step {s0})",
             )
     for a in actions:
         params = f" ({params_text(a.params)})" if a.params else ""
@@ -107,15 +112,17 @@ def story(
 
 def _back_to(
     evals: Sequence[tuple[int, float]], start: int, acted: int
-) -> tuple[tuple[int, float], tuple[int, float]] | None:
-    """(the last evaluation before the episode, the first after the action at `acted`
-    that is at least as good), or None."""
+) -> tuple[tuple[int, float], tuple[int, float], float] | None:
+    """(the best evaluation before the episode, the first after the action at `acted`
+    back within noise of it, the noise band), or None: judged against the pre-episode
+    best, never an evaluation that had already fallen (monitor/remediation/healthy.py)."""
     before = [(s, v) for s, v in evals if s < start]
     if not before:
         return None
-    level = before[-1][1]
-    after = next(((s, v) for s, v in evals if s > acted and v >= level), None)
-    return None if after is None else (before[-1], after)
+    band = noise_band([v for _, v in before])
+    after = next(((s, v) for s, v in evals if s > acted and recovered(v, before, band)[0]), None)
+    best = max(reversed(before), key=lambda sv: sv[1])  # the latest of equals
+    return None if after is None else (best, after, band)
 
 
 def _evidence(a: Alert) -> str:

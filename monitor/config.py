@@ -88,6 +88,9 @@ class RemediationConfig:
     """ε_high of the clipping the policy turns on."""
     lr_factor: float = 0.5
     """A breakdown blamed on the optimisation caps the lr at this × its pre-episode value."""
+    r3_mini_batches: int = 4
+    """An MoE run with at least this many mini-batches per rollout (a high off-policy
+    degree) gets routing replay R3 at a breakdown, whatever factor is blamed."""
     onset_margin: int = 5
     """A precursor alert opens a few steps after its signal started moving (persistence):
     the healthy checkpoint of an episode is taken at least this many steps before it (a

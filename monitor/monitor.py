@@ -29,15 +29,20 @@ from typing import Any, Literal, Protocol
 from core.errors import UserError
 from monitor.config import MonitorConfig
 from monitor.detectors import DetectorSet
-from monitor.detectors.config import SETTINGS
+from monitor.detectors.rules import SETTINGS
 from monitor.remediation.actions import apply_to_controls
+from monitor.remediation.healthy import Verdict, judge, last_healthy
 from monitor.remediation.policy import RemediationPolicy
 from monitor.store.histograms import bin_values, spec_for
+from monitor.store.reader import RunReader
 from monitor.store.records import Action, Alert, Cleared, Event
 from monitor.store.run_store import RunStore
 from monitor.store.schema import MAX_STEP, name_problem
 
 log = logging.getLogger("minirl.monitor")
+
+SCORE_METRICS = ("eval/acc", "reward/mean")
+"""What a checkpoint's health is measured on: held-out accuracy, else training reward."""
 
 
 class Exporter(Protocol):
@@ -270,13 +275,42 @@ class Monitor:
         return self.store.last_step()
 
     def last_healthy_step(self, candidates: Sequence[int]) -> int | None:
-        """The latest of `candidates` (e.g. checkpoint steps) taken before the episode under
-        way began (`episode_start`). Where a `rollback {}` without a step goes; None if
-        every candidate is at or after that."""
+        """The latest of `candidates` (e.g. checkpoint steps) measured healthy (see
+        `healthy_checkpoint`). Where a `rollback {}` without a step goes; None if none is."""
+        verdict = self.healthy_checkpoint(candidates)
+        return None if verdict is None else verdict.step
+
+    def healthy_checkpoint(self, candidates: Sequence[int]) -> Verdict | None:
+        """The verdict (step, score, best, noise, reason) on the latest healthy candidate,
+        or None: its held-out score (`eval/acc`, else the training reward) within noise of
+        the run's best so far, and no warning or critical alert open when it was taken.
+        A symptom's alert counts from `remediation.onset_margin` steps before it opened
+        (its signal started to move earlier), a setting's from its own step."""
         self._check_open()
-        onset = self.episode_start()
-        ok = [c for c in candidates if onset is None or c < onset]
-        return max(ok) if ok else None
+        return last_healthy(list(candidates), self.scores(), self.precursors())
+
+    def judge_checkpoints(self, candidates: Sequence[int]) -> list[Verdict]:
+        """A verdict on each candidate, oldest first (why each is or is not healthy)."""
+        self._check_open()
+        return judge(list(candidates), self.scores(), self.precursors())
+
+    def scores(self) -> list[tuple[int, float]]:
+        """(step, held-out accuracy) of every evaluation; the training reward per step for
+        a run that logs no evaluation."""
+        with RunReader(self.run_dir) as reader:
+            for name in SCORE_METRICS:
+                steps, values = reader.scalars(name)[name]
+                if len(steps):
+                    return [(int(s), float(v)) for s, v in zip(steps, values, strict=True)]
+        return []
+
+    def precursors(self) -> list[tuple[int, int | None]]:
+        """(opened, cleared or None) of every warning/critical alert stored, opened less
+        the onset margin for a symptom (as `episode_start`)."""
+        margin = self.cfg.remediation.onset_margin
+        with RunReader(self.run_dir) as reader:
+            alerts = reader.alerts(min_severity="warning")
+        return [(a.step - (0 if a.metric in SETTINGS else margin), a.cleared_step) for a in alerts]
 
     def episode_start(self) -> int | None:
         """Where the episode of the open warning/critical alerts began (None: no episode):

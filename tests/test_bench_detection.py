@@ -20,7 +20,7 @@ from bench.remediation.cli import read_arm
 from bench.remediation.verdicts import Arm, Pair, judge
 from core.errors import UserError
 from monitor import Monitor, RunReader
-from monitor.detectors.config import CLIP_ON
+from monitor.detectors.rules import CLIP_ON
 
 
 def _stream(n: int, collapse_at: int | None, shift_at: int | None, seed: int = 0):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from monitor.detectors.base import Gate
 from monitor.detectors.breakdown import BreakdownDetector, blame_rank
 from monitor.detectors.change import ChangeDetector
-from monitor.detectors.config import SETTINGS, BreakdownRule, ChangeRule
+from monitor.detectors.rules import SETTINGS, BreakdownRule, ChangeRule
 from monitor.store.records import AlertDraft, Cleared, Factor
 
 RULE = BreakdownRule()  # min_signals 3, horizon 30, outcome_drop 0.25, extreme 100

@@ -20,8 +20,9 @@ from core.errors import UserError
 from monitor.config import MonitorConfig
 from monitor.detectors import DetectorSet, build_detectors
 from monitor.detectors.base import robust_z
-from monitor.detectors.config import ChangeRule, DetectorsConfig, DropRule, LevelRule
+from monitor.detectors.config import DetectorsConfig
 from monitor.detectors.nonfinite import factor_of
+from monitor.detectors.rules import ChangeRule, DropRule, LevelRule
 from monitor.store.records import AlertDraft, Cleared
 
 CFG = DetectorsConfig()

@@ -142,14 +142,18 @@ def test_a_breakdown_rolls_back_and_fixes_its_factor_escalating_each_time():
     ]
     assert decide([ti], with_(is_policy="icepop"))[0] == [rollback]  # nothing left to automate
     st = crit("staleness")
-    assert decide([st], with_(mini_batches=8))[0] == [rollback, ("set_mini_batches_cap", {"n": 4})]
+    dense = {"moe": False}  # an MoE at 8 mini-batches also gets R3 (the recipe, below)
+    assert decide([st], with_(mini_batches=8, **dense))[0] == [
+        rollback,
+        ("set_mini_batches_cap", {"n": 4}),
+    ]
     # clipping alone does not undo 8×: back on, and the next step of the recipe too
-    assert [k for k, _ in decide([st], with_(clip=False, mini_batches=8))[0]] == [
+    assert [k for k, _ in decide([st], with_(clip=False, mini_batches=8, **dense))[0]] == [
         "rollback",
         "set_clip",
         "set_mini_batches_cap",
     ]
-    ti_off = decide([ti], with_(mini_batches=8))[0]  # IS off: turning it on is the fix
+    ti_off = decide([ti], with_(mini_batches=8, **dense))[0]  # IS off: turning it on is the fix
     assert ti_off == [rollback, ("set_is_correction", {"enabled": True, "cap": 5.0})]
     ro = crit("routing")
     assert decide([ro], with_(mini_batches=4))[0][1] == ("set_routing_replay", {"mode": "R3"})
@@ -237,7 +241,7 @@ def test_a_staleness_breakdown_after_more_mini_batches_caps_them_where_they_were
     )
     st = crit("staleness", step=57, id=6)
     rollback = ("rollback", {})
-    eight = with_(mini_batches=8)
+    eight = with_(mini_batches=8, moe=False)
     assert decide([st], eight, open_alerts=[rose])[0] == [
         rollback,
         ("set_mini_batches_cap", {"n": 2}),  # back to the 2 before they rose, not 8 // 2
@@ -496,3 +500,42 @@ def test_a_staleness_fix_that_did_not_hold_takes_the_next_step_on_a_warning():
     # the limits hold: a cap 10 steps ago is still cooling down
     kinds, skipped = decide([s], four, history=[past("set_mini_batches_cap", 50)], step=60)
     assert kinds == [] and "cooldown" in skipped[0]["why"]
+
+
+def test_the_recipe_for_the_run_as_configured_applies_whatever_factor_is_blamed():
+    """Set so from the start (no setting moved, no alert on it): an off-policy run without
+    clipping gets it at any breakdown and at any precursor; FP4 rollouts without IS get IS
+    at a breakdown; an MoE at 8 mini-batches gets R3; an outcome collapse with nothing to
+    blame caps the lr and halves the mini-batches."""
+    clip_on = ("set_clip", {"enabled": True, "eps_low": 0.2, "eps_high": 0.27})
+    is_on = ("set_is_correction", {"enabled": True, "cap": 5.0})
+    noclip4 = with_(clip=False, mini_batches=4, is_policy="token_tis", moe=False)
+    # blamed on the training-inference factor (ESS moved first): the IS fix and clipping
+    got = decide([crit("train_inference")], noclip4)[0]
+    assert got == [
+        ("rollback", {}),
+        ("set_is_policy", {"policy": "token_tis", "cap": 2.5}),
+        clip_on,
+    ]
+    # the same run at a precursor of any factor: clipping, and nothing else
+    assert decide([alert()], noclip4)[0] == [clip_on]
+    assert decide([alert("grad_norm", "optimisation")], noclip4)[0] == [clip_on]
+    # IS off as well: the precursor records the IS advice and still turns clipping on
+    kinds, skipped = decide([alert()], with_(clip=False, mini_batches=4, moe=False))
+    assert kinds == [clip_on] and [s["kind"] for s in skipped] == ["set_is_correction"]
+    assert decide([alert()], with_(clip=False, mini_batches=1))[0] == []  # on-policy: no need
+    # an outcome collapse with no precursor open, configured 8× without clipping on an MoE
+    crash = crit("outcome", "eval_collapse")
+    got = dict(decide([crash], with_(clip=False, mini_batches=8, lr=1e-3))[0])
+    assert got["set_clip"] == clip_on[1] and got["set_routing_replay"] == {"mode": "R3"}
+    assert got["set_lr_cap"] == {"lr": 5e-4} and got["set_mini_batches_cap"] == {"n": 4}
+    # FP4 rollouts without IS from the start: IS on at a breakdown blamed elsewhere
+    fp4 = with_(rollout_quant="fp4", clip=True, mini_batches=1)
+    got = decide([crit("staleness")], fp4)[0]
+    assert is_on in got and "set_routing_replay" not in dict(got)
+    assert is_on not in decide([crit("staleness")], with_(mini_batches=1))[0]  # bf16: not low
+    # the lr too high from the start, on-policy: the lr cap at half, nothing else
+    assert decide([crash], with_(lr=1.5e-3))[0] == [
+        ("rollback", {}),
+        ("set_lr_cap", {"lr": 7.5e-4}),
+    ]

@@ -27,7 +27,7 @@ from torchless_cli import run_cli
 from monitor.alerting.prometheus import PrometheusExporter
 from monitor.alerting.rules import build_rules, rules_yaml
 from monitor.config import MonitorConfig
-from monitor.detectors.config import LevelRule
+from monitor.detectors.rules import LevelRule
 from monitor.monitor import Monitor
 
 R_NONFINITE = "roll back to the last healthy checkpoint and lower the learning rate"

@@ -11,9 +11,11 @@ A stop request is returned to the loop. It does not run steps or write checkpoin
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 from core.errors import UserError
+from monitor.remediation.healthy import Verdict
 from trainer.checkpoints import list_checkpoints, load_checkpoint, restore_rng
 from trainer.controls import Controls, Rejected, Request, apply_action
 from trainer.evaluate import evaluate
@@ -86,33 +88,30 @@ def apply_actions(run: RunState) -> Request | None:
 
 
 def rollback(run: RunState, request: Request) -> None:
-    """Restore the requested (or last healthy) checkpoint exactly: weights, optimiser,
-    torch RNG and the data/lr position; the controls stay as remediation set them, and the
-    step counter keeps going forward. Verified by the held-out accuracy of the restored
-    policy against the last evaluation at or before the checkpoint (both in the event)."""
+    """Restore the requested (or the latest healthy) checkpoint exactly: weights,
+    optimiser, torch RNG and the data/lr position; the controls stay as remediation set
+    them, and the step counter keeps going forward. The event records which checkpoint was
+    judged healthy and why (its held-out score against the run's best, no precursor open:
+    monitor/remediation/healthy.py), and the held-out accuracy of the restored policy."""
     ckpts = list_checkpoints(run.run_dir)
     mon, step = run.mon, run.step
-    target = request.step if request.step is not None else mon.last_healthy_step(list(ckpts))
+    if request.step is not None:  # asked for by step: judged all the same, for the record
+        verdicts = [v for v in mon.judge_checkpoints([request.step]) if v.step in ckpts]
+        verdict = verdicts[0] if verdicts else None
+        target = request.step
+    else:
+        verdict = mon.healthy_checkpoint(list(ckpts))
+        target = None if verdict is None else verdict.step
     if target is None or target not in ckpts:
-        mon.event("rollback_failed", {"step": step, "wanted": target, "have": list(ckpts)})
+        why = [v.reason for v in mon.judge_checkpoints(list(ckpts))]
+        mon.event(
+            "rollback_failed",
+            {"step": step, "wanted": target, "have": list(ckpts), "verdicts": why},
+        )
         run.bar.message(f"rollback: no healthy checkpoint (have {list(ckpts)}); continuing")
         return
-    payload = load_checkpoint(ckpts[target])
-    run.policy.load_state_dict(payload["policy"])
-    restore_rng(payload)
-    end = run.last_step
-    run.pos = int(payload.get("pos", target))
-    run.bar.extend(run.last_step - end)  # redone steps (`rollback_redo`) end the run later
-    run.set_lr(next_step=False)
-    run.engine.update_weights(run.policy.model)
+    after = restore(run, ckpts[target])
     before = [a for s, a in zip(run.eval_steps, run.evals, strict=True) if s <= target]
-    after = evaluate(
-        run.engine,
-        run.policy.tokenizer,
-        run.task,
-        run.cfg.eval,
-        max_new_tokens=run.cfg.sampling.max_new_tokens,
-    )["eval/acc"]
     mon.event(
         "rollback",
         {
@@ -121,12 +120,47 @@ def rollback(run: RunState, request: Request) -> None:
             "pos": run.pos,
             "eval_acc_after": after,
             "eval_acc_before": before[-1] if before else None,
+            "healthy": None if verdict is None else verdict_detail(verdict),
         },
     )
     run.bar.message(
         f"rolled back to the checkpoint of step {target} (at step {step}); held-out accuracy "
         f"{after:.3f}" + (f" (was {before[-1]:.3f} there)" if before else "")
     )
+
+
+def restore(run: RunState, path: Path, evaluate_after: bool = True) -> float | None:
+    """Load a checkpoint into the run exactly (weights, optimiser, torch RNG, data/lr
+    position; the controls stay) and sync μ; the restored policy's held-out accuracy."""
+    payload = load_checkpoint(path)
+    run.policy.load_state_dict(payload["policy"])
+    restore_rng(payload)
+    end = run.last_step
+    run.pos = int(payload.get("pos", payload["step"]))
+    run.bar.extend(run.last_step - end)  # redone steps (`rollback_redo`) end the run later
+    run.set_lr(next_step=False)
+    run.engine.update_weights(run.policy.model)
+    if not evaluate_after:
+        return None
+    return evaluate(
+        run.engine,
+        run.policy.tokenizer,
+        run.task,
+        run.cfg.eval,
+        max_new_tokens=run.cfg.sampling.max_new_tokens,
+    )["eval/acc"]
+
+
+def verdict_detail(verdict: Verdict) -> dict[str, Any]:
+    """A healthy verdict as an event's detail."""
+    return {
+        "step": verdict.step,
+        "healthy": verdict.healthy,
+        "score": verdict.score,
+        "best": verdict.best,
+        "noise": verdict.noise,
+        "reason": verdict.reason,
+    }
 
 
 def _diff(old: Controls, new: Controls) -> str:

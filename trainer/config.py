@@ -86,6 +86,13 @@ class TrainConfig:
     incidents: tuple[Incident, ...] = ()
     """Scripted incidents (lab, demo, tests): changes induced at a known step, recorded
     as `incident` events; see trainer/incidents.py. Empty for a normal run."""
+    fork_steps: int = 10
+    """At an automatic rollback (remediation on), try 2-4 candidate remedies as forks of
+    this many steps from the healthy checkpoint, on the same data, and continue with the
+    best (trainer/forks.py); 0: roll back and apply the policy's fix untried."""
+    fork_budget: float = 0.3
+    """The forks' steps over the whole run, at most this share of `steps`; an experiment
+    that no longer fits shortens its forks, then falls back to a plain rollback."""
 
     def __post_init__(self) -> None:
         check(self.steps >= 0, "steps", self.steps, "an integer >= 0")
@@ -99,6 +106,8 @@ class TrainConfig:
         check(self.warmup_steps >= 0, "warmup_steps", self.warmup_steps, "an integer >= 0")
         check(0 <= self.min_lr_ratio <= 1, "min_lr_ratio", self.min_lr_ratio, "a number in [0, 1]")
         check(self.grad_cosine_every >= 0, "grad_cosine_every", self.grad_cosine_every, ">= 0")
+        check(self.fork_steps >= 0, "fork_steps", self.fork_steps, "an integer >= 0")
+        check(0 <= self.fork_budget <= 10, "fork_budget", self.fork_budget, "a number in [0, 10]")
 
     def lr_scale(self, step: int) -> float:
         """Multiplier of optim.lr at RL step `step` (0-based)."""

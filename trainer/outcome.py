@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from monitor.detectors.config import DropRule
+from monitor.detectors.rules import DropRule
 
 EXIT_OK, EXIT_STOPPED, EXIT_COLLAPSED, EXIT_INTERRUPTED = 0, 1, 3, 130
 """Exit codes of `minirl train`: finished (completed, or a stop action); stopped by a

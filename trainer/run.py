@@ -30,7 +30,7 @@ import torch
 from core.errors import UserError
 from core.vocabulary import WeightQuant
 from monitor import Monitor
-from monitor.detectors.config import ROLLOUT_BITS
+from monitor.detectors.rules import ROLLOUT_BITS
 from trainer.boundary import apply_actions, induce, rollback
 from trainer.checkpoints import (
     controls_from_data,
@@ -47,6 +47,7 @@ from trainer.engines.base import TrainingEngine, WeightSyncError
 from trainer.engines.factory import make_inference_engine, make_training_engine
 from trainer.engines.quant import rollout_bits
 from trainer.evaluate import evaluate, policy_accuracy
+from trainer.forks import experiment
 from trainer.incidents import due
 from trainer.outcome import collapse
 from trainer.progress import NoProgress, Progress
@@ -180,31 +181,22 @@ def _steps(run: RunState) -> str:
         # ---- step boundary: scripted incidents, then remediation actions ----------------
         for incident in due(tc.incidents, run.step + 1):
             induce(run, incident)
+        before = run.controls
         request = apply_actions(run)  # automatic or from the dashboard
         if request is not None and request.kind == "stop":
             return "stop action"
         if request is not None and request.kind == "rollback":
-            rollback(run, request)
+            # to the healthy checkpoint: remedies tried on forks first (trainer/forks.py)
+            forked = request.step is None and tc.remediation and experiment(run, before, _take)
+            if not forked:
+                rollback(run, request)
         run.step += 1
         run.pos += 1
         run.set_lr()
 
         # ---- the MiniRL step -------------------------------------------------------------
-        examples = run.task.sample_train(tc.prompts_per_step, seed=f"{run.cfg.seed}:{run.pos}")
         try:
-            result = rl_step(
-                examples,
-                run.policy,
-                run.engine,
-                run.task,
-                run.controls,
-                run.cfg.sampling,
-                seed=run.cfg.seed * 1_000_003 + run.pos,
-                advantage_baseline=tc.advantage_baseline,
-                advantage_std_norm=tc.advantage_std_norm,
-                diagnostics=tc.diagnostics,
-                probe_grad_cosine=tc.grad_cosine_every > 0 and run.step % tc.grad_cosine_every == 0,
-            )
+            result = _take(run)
         except NonFiniteBatch as err:
             streak += 1
             if not _record_nonfinite(run, str(err), streak):
@@ -235,6 +227,26 @@ def _steps(run: RunState) -> str:
     return "completed"
 
 
+def _take(run: RunState) -> StepResult:
+    """The MiniRL step at the run's data position (its prompts and sampling seed), with
+    the run's controls; raises NonFiniteBatch. The loop's step and a fork's alike."""
+    tc = run.cfg.train
+    examples = run.task.sample_train(tc.prompts_per_step, seed=f"{run.cfg.seed}:{run.pos}")
+    return rl_step(
+        examples,
+        run.policy,
+        run.engine,
+        run.task,
+        run.controls,
+        run.cfg.sampling,
+        seed=run.cfg.seed * 1_000_003 + run.pos,
+        advantage_baseline=tc.advantage_baseline,
+        advantage_std_norm=tc.advantage_std_norm,
+        diagnostics=tc.diagnostics,
+        probe_grad_cosine=tc.grad_cosine_every > 0 and run.step % tc.grad_cosine_every == 0,
+    )
+
+
 def _start_inference(run: RunState, start: ColdStart, resume: bool) -> None:
     """The inference engine on the cold-start weights (a resume syncs the checkpoint's),
     the lr of the first step and, on a new run, the held-out accuracy at step 0."""
@@ -255,6 +267,8 @@ def _start_inference(run: RunState, start: ColdStart, resume: bool) -> None:
         acc = _evaluate(run)
         mon.log(0, acc)
         run.bar.message(f"held-out accuracy after cold start: {acc['eval/acc']:.3f}")
+        if run.cfg.train.remediation and run.cfg.checkpoint_every:
+            _checkpoint(run)  # a run that falls from its start rolls back to its start
 
 
 def _close(run: RunState, stopped: str, collapsed: str | None = None) -> None:
@@ -356,10 +370,10 @@ def _eval_due(run: RunState) -> bool:
 
 def _checkpoint(run: RunState) -> None:
     """Save the policy, its optimiser, the controls and the data position at run.step;
-    keep the newest few and the healthy one an open episode would roll back to. The
-    checkpoint event says whether it was taken inside an episode (`healthy`)."""
+    keep the newest few and the latest healthy one, where a rollback goes. The checkpoint
+    event says whether it was measured healthy and why (monitor/remediation/healthy.py)."""
     mon = run.mon
-    protect = mon.last_healthy_step(list(list_checkpoints(run.run_dir)))
+    healthy = mon.healthy_checkpoint(list(list_checkpoints(run.run_dir)))
     path = save_checkpoint(
         run.run_dir,
         run.step,
@@ -367,9 +381,16 @@ def _checkpoint(run: RunState) -> None:
         run.controls,
         run.cfg.keep_checkpoints,
         pos=run.pos,
-        protect=frozenset() if protect is None else frozenset({protect}),
+        protect=frozenset() if healthy is None else frozenset({healthy.step}),
     )
-    healthy = mon.episode_start() is None
+    verdict = mon.judge_checkpoints([run.step])[0]
     mon.event(
-        "checkpoint", {"step": run.step, "pos": run.pos, "path": str(path), "healthy": healthy}
+        "checkpoint",
+        {
+            "step": run.step,
+            "pos": run.pos,
+            "path": str(path),
+            "healthy": verdict.healthy,
+            "why": verdict.reason,
+        },
     )

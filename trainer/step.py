@@ -32,7 +32,7 @@ from minirl import (
     routing_metrics,
     sequence_is_loss,
 )
-from monitor.detectors.config import CLIP_ON, MINI_BATCHES
+from monitor.detectors.rules import CLIP_ON, MINI_BATCHES
 from monitor.detectors.signatures import ROUTING_REPLAY
 from trainer.controls import Controls
 from trainer.engines.base import InferenceEngine, Rollout, SamplingParams, TrainingEngine

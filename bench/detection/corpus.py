@@ -33,7 +33,7 @@ import numpy as np
 from bench import REPO
 from monitor.analysis.analyze import OUTCOME_METRICS, find_onset
 from monitor.config import MonitorConfig
-from monitor.detectors.config import CLIP_ON, MINI_BATCHES
+from monitor.detectors.rules import CLIP_ON, MINI_BATCHES
 from monitor.importers import parse
 from monitor.importers.names import canonical_name, rename
 from monitor.store.reader import RunReader

@@ -21,7 +21,8 @@ import itertools
 from bench.detection import monitors
 from bench.detection.corpus import Run
 from bench.detection.score import Summary, score_run, summarise
-from monitor.detectors.config import SETTINGS, ChangeRule, DetectorsConfig
+from monitor.detectors.config import DetectorsConfig
+from monitor.detectors.rules import SETTINGS, ChangeRule
 
 GRID = {
     "z": (2.5, 3.0, 3.5, 4.0, 5.0),

@@ -1,6 +1,7 @@
 """`minirl bench remediation`: does automatic remediation rescue runs, and leave healthy ones be?
 
     minirl bench remediation [--seeds 1 2] [--jobs 2] [--runs runs/incidents]
+    minirl bench remediation --organic [--seeds ...]   (bench/remediation/organic.py)
 
 Closed loop, in pairs: every config of `configs/lab/incidents/` (a scripted incident with
 a known cause, or a stable twin), each seed once with `train.remediation=false` (the
@@ -111,6 +112,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
+    if "--organic" in argv:  # collapses nobody scripted: bench/remediation/organic.py
+        from bench.remediation import organic as remediation_organic
+
+        return remediation_organic.main([a for a in argv if a != "--organic"])
     args = _parser().parse_args(argv)
     names = args.configs or lab.configs()
     off_dir = Path(args.runs)

@@ -25,7 +25,7 @@ from typing import Any
 
 from monitor.alerting.prometheus import ALERT_OPEN, METRIC
 from monitor.config import MonitorConfig
-from monitor.detectors.config import LevelRule
+from monitor.detectors.rules import LevelRule
 
 GROUP = "minirl"
 _R_NONFINITE = "roll back to the last healthy checkpoint and lower the learning rate"

@@ -6,14 +6,14 @@ Definitions, stated once (what `minirl analyze` reports):
   points; peak = its maximum, final = the median of the last w raw values. By the
   monitor's own drop rule (`reward_collapse`, or `eval_collapse` for eval/acc), the run
   collapsed when the peak gained at least `min_peak_gain` over low (`zero`, or the lowest
-  smoothed point before the peak if lower) and (peak − final) / (peak − low) ≥ crit_drop.
-- Onset: the first step after the peak from which the smoothed outcome stays below
-  peak − ONSET_FRAC · (peak − final) to the end.
+  smoothed point before the peak if lower) and (peak − final) / (peak − low) ≥ crit_drop;
+  for a `from_start` rule the first value is a peak too.
+- Onset: the first step after the peak where the smoothed outcome falls below
+  peak − ONSET_FRAC · (peak − final) for good.
 - Precursor: any other metric (not the outcome's family, not perf/*) whose robust z
   against its pre-onset baseline (the first half of the steps before the onset; log scale
   for a positive metric) reaches Z_MOVED for PERSIST points; lead = onset − moved.
-- Factor first broken: the factor of the earliest-moving precursor among the IS factors'
-  metrics (from the detector rule watching it, else its namespace).
+- Factor first broken: that of the earliest-moving precursor among the IS factors' metrics.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ import numpy as np
 
 from monitor.config import MonitorConfig
 from monitor.detectors import DetectorSet
-from monitor.detectors.config import ChangeRule, DropRule, LevelRule
+from monitor.detectors.rules import ChangeRule, DropRule, LevelRule
+from monitor.remediation.healthy import recovered
 from monitor.store.reader import RunReader
 from monitor.store.records import AlertDraft
 
@@ -102,6 +103,9 @@ class Analysis:
     replay_agrees: bool | None = None
     """Whether the replay opens the same (step, detector) alerts as were stored live
     (None: nothing was stored live, e.g. a run recorded without detectors)."""
+    recovery: dict[str, Any] | None = None
+    """Whether the last held-out accuracy is back within noise of the best before the
+    first warning or critical alert (`recovery_of`); None without an episode or evals."""
     series: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
     """Every scalar of the run, for the report's charts."""
 
@@ -147,6 +151,9 @@ def find_onset(steps: np.ndarray, values: np.ndarray, metric: str, rule: DropRul
     w = smoothing_width(len(values))
     smooth = running_median(values, w)
     p = int(np.argmax(smooth))
+    if rule.from_start and values[0] > smooth[p]:  # fell below where it started
+        smooth = smooth.copy()
+        smooth[0], p = values[0], 0
     peak, final = float(smooth[p]), float(np.median(values[-w:]))
     gain = peak - min(rule.zero, float(smooth[: p + 1].min()))
     if gain < rule.min_peak_gain or (peak - final) / gain < rule.crit_drop:
@@ -229,6 +236,30 @@ def _replay(result: Analysis, series: dict, live_config: Any) -> None:
             )
 
 
+def recovery_of(
+    evals: tuple[np.ndarray, np.ndarray], alerts: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """The last evaluation judged against the best evaluation before the episode (the
+    first warning or critical alert), never against one that had already fallen."""
+    starts = [a["step"] for a in alerts if a["severity"] != "info"]
+    pairs = [(int(s), float(v)) for s, v in zip(*evals, strict=True) if math.isfinite(v)]
+    if not starts or not pairs:
+        return None
+    start = min(starts)
+    before = [(s, v) for s, v in pairs if s < start]
+    after = [(s, v) for s, v in pairs if s >= start]
+    if not after:
+        return None
+    ok, why = recovered(after[-1][1], before)
+    return {
+        "episode_start": start,
+        "step": after[-1][0],
+        "eval_acc": after[-1][1],
+        "recovered": ok,
+        "why": why,
+    }
+
+
 def analyze_run(
     run: str, outcome: str | None = None, config: MonitorConfig | None = None
 ) -> Analysis:
@@ -252,6 +283,8 @@ def analyze_run(
             series=series,
         )
     _replay(result, series, meta.config.get("monitor") if isinstance(meta.config, dict) else None)
+    if "eval/acc" in series:
+        result.recovery = recovery_of(series["eval/acc"], result.alerts)
     if outcome is not None and outcome not in series:
         from core.errors import UserError
 

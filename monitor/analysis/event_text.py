@@ -37,10 +37,34 @@ def event_text(kind: str, detail: Mapping[str, Any]) -> str | None:
         return (
             f"rolled back to the checkpoint of step {d.get('to_step')}; held-out accuracy "
             f"of the restored policy {number_text(d.get('eval_acc_after'))} (last evaluation "
-            f"up to that step: {number_text(d.get('eval_acc_before'))})"
+            f"up to that step: {number_text(d.get('eval_acc_before'))})" + _verdict(d)
         )
     if kind == "rollback_failed":
         return f"rollback failed: wanted {d.get('wanted')}, checkpoints {d.get('have')}"
+    if kind == "fork_experiment":
+        return fork_text(d)
     if kind == "remediation_skipped":
         return f"not applied automatically: {held_back_text(d)}"
     return None
+
+
+def _verdict(detail: Mapping[str, Any]) -> str:
+    """'; judged healthy: why' of a rollback that recorded its healthy verdict."""
+    v = detail.get("healthy")
+    if not isinstance(v, Mapping) or not v.get("reason"):
+        return ""
+    return f"; {'judged healthy' if v.get('healthy') else 'NOT healthy'}: {v['reason']}"
+
+
+def fork_text(detail: Mapping[str, Any]) -> str:
+    """A fork experiment: the candidates tried from which checkpoint, their scores, the
+    choice and the cost in steps."""
+    d = detail
+    tried = "; ".join(
+        f"{c.get('name')} score {number_text(c.get('score'))}" for c in d.get("candidates", [])
+    )
+    return (
+        f"fork experiment from the checkpoint of step {d.get('from_step')}: "
+        f"{len(d.get('candidates', []))} remedies × {d.get('k')} steps ({tried}); "
+        f"chose {d.get('chosen')}; cost {d.get('cost_steps')} extra steps"
+    )

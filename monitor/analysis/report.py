@@ -196,6 +196,10 @@ def render_html(a: Analysis) -> str:
             verdict += f" First factor of the IS weight to break: {a.first_factor}."
     else:
         verdict = "No collapse found. " + " ".join(a.notes)
+    if a.recovery is not None:
+        r = a.recovery
+        state = "Recovered" if r["recovered"] else "Not recovered"
+        verdict += f" {state} at step {r['step']}: held-out accuracy {r['why']}."
     precursors = [vars(p) for p in a.precursors]
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'>",

@@ -40,6 +40,13 @@ def _text(a) -> str:  # a: Analysis
             )
     else:
         lines.append("no collapse found")
+    if a.recovery is not None:
+        r = a.recovery
+        state = "recovered" if r["recovered"] else "NOT recovered"
+        lines.append(
+            f"recovery: {state} at step {r['step']} (episode from step {r['episode_start']}): "
+            f"held-out accuracy {r['why']}"
+        )
     lines += [f"note: {n}" for n in a.notes]
     lines.append(f"alerts ({len(a.alerts)}):")
     for al in a.alerts:

@@ -15,17 +15,11 @@ from collections.abc import Mapping
 from monitor.detectors.base import Detector
 from monitor.detectors.breakdown import BreakdownDetector, outcome_drop
 from monitor.detectors.change import ChangeDetector
-from monitor.detectors.config import (
-    BreakdownRule,
-    ChangeRule,
-    DetectorsConfig,
-    DropRule,
-    LevelRule,
-    NonFiniteRule,
-)
+from monitor.detectors.config import DetectorsConfig
 from monitor.detectors.drop import DropDetector
 from monitor.detectors.level import LevelDetector
 from monitor.detectors.nonfinite import NonFiniteDetector
+from monitor.detectors.rules import BreakdownRule, ChangeRule, DropRule, LevelRule, NonFiniteRule
 from monitor.detectors.signatures import SIGNATURES
 from monitor.store.records import AlertDraft, Cleared
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from monitor.detectors.base import Gate, fmt
-from monitor.detectors.config import BreakdownRule
 from monitor.detectors.remedies import R_COLLAPSE
+from monitor.detectors.rules import BreakdownRule
 from monitor.store.records import AlertDraft, Cleared
 
 

@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Mapping
 
 from monitor.detectors.base import Gate, fmt, median, reading, robust_z
-from monitor.detectors.config import ChangeRule
+from monitor.detectors.rules import ChangeRule
 from monitor.store.records import AlertDraft, Cleared
 
 

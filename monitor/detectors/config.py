@@ -1,263 +1,28 @@
-"""The detectors' rules and their defaults: what is watched, in which direction, how hard.
+"""The detectors' default rule set (`DetectorsConfig`): every rule a run is watched by.
 
-Severities mean something (they are what a user sees and what remediation acts on):
-
-- `info` (`LevelRule`): a level worth showing, e.g. a large training-inference mismatch;
-  never paged, never acted on (a mismatch large since step 1 is a setting of the run).
-- `warning` (`ChangeRule`): a precursor. A factor of the IS weight w_t = ρ_t·r_t
-  (training-inference ρ, staleness r, routing, the first-order residual) or an
-  optimisation signal moved against the run's *own* baseline, in the direction that
-  precedes collapses, and stayed there. A setting that moved (`SETTINGS`) is a precursor
-  too, and the cause of what follows; being exact, it warns the step it moves. Absolute
-  levels warn only where the theory gives them a meaning (tokens past the IS cap).
-- `critical`: a breakdown under way: joint evidence (`BreakdownRule`), the outcome
-  falling hard (`DropRule`), or non-finite values (`NonFiniteRule`).
-
-The defaults were chosen once on a tuning set of runs and frozen (bench/results/detection.md).
+The rule types and what their severities mean are rules.py. The defaults were chosen
+once on a tuning set of runs and frozen (bench/results/detection.md).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
 
 from monitor.detectors.remedies import R_APPROX, R_COLLAPSE, R_IS, R_OPTIM, R_ROUTING, R_STALE
+from monitor.detectors.rules import (
+    CLIP_ON,
+    MINI_BATCHES,
+    ROLLOUT_BITS,
+    SETTINGS,
+    BreakdownRule,
+    ChangeRule,
+    DropRule,
+    LevelRule,
+    NonFiniteRule,
+    drift_rule,
+    setting_rule,
+)
 from monitor.detectors.signatures import KeptMassRule, PrecisionRule, ReplayLeakRule, TwinRule
-from monitor.store.records import Factor, Severity
-
-Scale = Literal["log", "linear"]
-
-ROLLOUT_BITS = "engine/rollout_bits"
-"""Bits of a rollout weight (16 for bf16, 8 for FP8, 4 for FP4), logged by the trainer."""
-MINI_BATCHES = "staleness/mini_batches"
-"""Policy updates per rollout (the off-policy degree), logged by the trainer."""
-CLIP_ON = "staleness/clip_on"
-"""1 while the clip rule's mask M_t can act (the trust region is on), 0 once it is off."""
-SETTINGS = ("optim/lr", MINI_BATCHES, ROLLOUT_BITS, CLIP_ON)
-"""Settings of the run rather than symptoms (the lr, the policy updates per rollout, the
-rollout weights' bits, clipping on): one that moved is the cause of what follows it."""
-
-
-# ---------------------------------------------------------------------------- rule types
-@dataclass(frozen=True)
-class LevelRule:
-    """An absolute level: `metric` ≥ `level` (high) or ≤ `level` (low) for `persist` steps.
-
-    Info by default (a level worth showing). Clears once the value is back beyond
-    level·clear_frac (high) or level/clear_frac (low) for `clear_after` steps.
-    """
-
-    metric: str
-    """The canonical metric name the rule watches."""
-    factor: Factor
-    """The factor an alert of this rule is blamed on (IS decomposition or optimisation)."""
-    direction: Literal["high", "low"]
-    """high: alert at or above `level`; low: at or below it."""
-    level: float
-    remedy: str
-    """The advice the alert carries (what a person would change)."""
-    severity: Severity = "info"
-    """info shows a level; warning makes it a precursor."""
-    persist: int = 3
-    clear_frac: float = 0.8
-    """The alert clears beyond level·clear_frac (high) or level/clear_frac (low)."""
-    clear_after: int = 5
-    enabled: bool = True
-    """false: the rule never fires."""
-
-
-@dataclass(frozen=True)
-class ChangeRule:
-    """A move against the run's own baseline: the precursor test (warning).
-
-    Values are read on `scale` (log: log(max(x, floor)), for positive quantities that
-    vary over decades; linear: x). The baseline at step t is the median and MAD of the
-    values of the `window` logged points before the last `gap` ones, counting only
-    points logged after `warmup` (the first steps of RL move a lot by design), whose own
-    score was below `admit_z` (a rise building up below the threshold is not absorbed)
-    and that came while no alert of this rule was open. With at least `min_baseline` such
-    points, the recent level is the median of the last `recent` values, and its score is
-
-        z = sign · (recent − median) / max(1.4826·MAD, sigma_floor),
-
-    sign = +1 for `up`, −1 for `down`. The rule holds when z ≥ `z` and the move is at
-    least `min_change` (log scale: a factor e.g. 2 = doubled/halved; linear: an absolute
-    difference); it fires after holding for `persist` consecutive points, and clears after
-    `clear_after` points with z < `z_clear`. `cooldown` points pass before it refires.
-    """
-
-    metric: str
-    """The canonical metric name the rule watches."""
-    factor: Factor
-    """The factor an alert of this rule is blamed on (IS decomposition or optimisation)."""
-    direction: Literal["up", "down"]
-    """up: a rise is the move that counts; down: a fall."""
-    remedy: str
-    """The advice the alert carries (what a person would change)."""
-    scale: Scale = "log"
-    floor: float = 1e-8
-    """Log scale: values below this count as this (changes beneath the noise floor of
-    the metric are not changes)."""
-    warmup: int = 6
-    window: int = 40
-    gap: int = 3
-    min_baseline: int = 10
-    recent: int = 3
-    z: float = 3.0
-    min_change: float = 2.0
-    sigma_floor: float = 0.1
-    """Smallest baseline spread (log: 0.1 ≈ 10 %), so that flat streams do not alert on
-    a wobble."""
-    persist: int = 3
-    admit_z: float = 2.0
-    """Only values scoring below this join the baseline."""
-    z_clear: float = 3.0
-    clear_after: int = 5
-    cooldown: int = 20
-    rebase_after: int = 30
-    """An alert still open after this many points clears: the new level held without a
-    breakdown (or after a fix), so it becomes the run's new normal and the baseline is
-    learned again from the next points."""
-    anchored: bool = False
-    """The baseline is the run's early level: the first `window` points admitted after
-    warm-up, then frozen (`gap` 0). A moving baseline absorbs a slow drift (10× over 400
-    steps is 1.2× per 40-point window); this one measures it against where the run began."""
-    sharpening: bool = False
-    """A move healthy runs make as the policy sharpens (entropy falling, lengths growing,
-    the ESS slowly falling): shown as info while the outcome holds (`BreakdownRule.
-    sharpening_drop`), a warning once it falls; the breakdown rule reads it either way."""
-    skip_floor: bool = False
-    """Values at or below `floor` are not measured yet (a KL of 0 before the policy has
-    moved): they neither teach the baseline nor score, so the baseline is the run's own
-    level once it has one, not the floor."""
-    enabled: bool = True
-    """false: the rule never fires."""
-
-
-@dataclass(frozen=True)
-class DropRule:
-    """An outcome (reward, held-out accuracy) falling from its peak.
-
-    drop = (peak − ewma) / (peak − low), peak = running max of the EWMA after warm-up:
-    the share of the gain over a know-nothing policy lost; low = `zero`, or the EWMA's
-    lowest before the peak if lower (a +1/−1 reward starts below 0). Higher is better.
-    """
-
-    metric: str
-    """The outcome metric watched (reward or held-out accuracy)."""
-    remedy: str
-    """The advice the alert carries."""
-    ewma_alpha: float = 0.1
-    """Smoothing of the noisy per-step outcome (1.0 = none)."""
-    warmup: int = 20
-    """Observations before the peak is tracked."""
-    zero: float = 0.0
-    """The outcome of a policy that learned nothing (0 for 0/1 rewards)."""
-    min_peak_gain: float = 0.05
-    """The peak must exceed `zero` by this much: no collapse from nothing."""
-    warn_drop: float | None = None
-    """Drop that raises a warning (None: the outcome only takes part in the breakdown
-    rule, which is where a falling outcome becomes evidence)."""
-    crit_drop: float = 0.5
-    """Drop that raises a critical: this share of the gain lost."""
-    clear_drop: float = 0.15
-    """Hysteresis: the alert clears once the drop is back below this."""
-    noise_z: float = 4.0
-    """A fall counts only beyond this many σ_e, the EWMA's own noise: σ·√(α/(2−α)), σ =
-    √(π/4)·mean |x_t − x_{t−1}| over the last 100 steps before an alert, one standard
-    error high (`DropDetector.noise`) (a few prompts a step: σ_e ≈ 0.08, the guard keeps
-    stable runs quiet; tens: ≈ 0.01, it never binds)."""
-    drawdown_margin: float = 2.0
-    """A noisy EWMA's running peak rises with the run (~√(2 ln m)·σ_e over m independent
-    values) and its troughs deepen alike, so a fall must also exceed that expected range,
-    2·√(2 ln m)·σ_e, by this many σ_e (`DropDetector.noise_k`): the largest margin that
-    keeps a noisy stable reward from paging without delaying a real collapse's alert
-    (bench/results/detection.md). An open alert clears on the fall, not the guard."""
-    cooldown: int = 50
-    """Points that pass before the rule can fire again."""
-    enabled: bool = True
-    """false: the rule never fires."""
-
-
-@dataclass(frozen=True)
-class BreakdownRule:
-    """Critical: joint evidence that the approximation or the optimisation is breaking.
-
-    Fires when, among the precursor (warning) alerts opened in the last `horizon` steps
-    and still open, there are at least `min_signals` distinct quantities (k1 and k3 of one
-    KL count once) with a setting or an `extreme` jump among them, or at least one
-    and the outcome (`outcome` metrics, smoothed as the drop rules do) has lost at least
-    `outcome_drop` of its gain. The alert blames, with the numbers of each signal, an open
-    precursor on a setting (`causes`), else the factor of the IS weight (ρ, r, routing)
-    that moved first, else the residual, else the optimisation's symptoms. Clears when no
-    precursor is open.
-    """
-
-    causes: tuple[str, ...] = SETTINGS
-    """Metrics that are settings of the run rather than symptoms: when one of them is among
-    the open precursors it is blamed, whatever moved first (a rising learning rate shows
-    up as staleness one update later, more mini-batches per rollout as routing drift and
-    a growing residual, but turning the setting back is the fix)."""
-    min_signals: int = 3
-    outcome_drop: float = 0.25
-    horizon: int = 30
-    extreme: float = 100.0
-    """Joint precursors page without the outcome only with evidence that the run is
-    getting worse, not merely changing: a setting among them (`causes`), or one signal at
-    least this many times its baseline (a jump of orders of magnitude). 0: any joint set."""
-    sharpening_drop: float = 0.1
-    """A `sharpening` rule's alert is info until the outcome has lost this share of its
-    gain (and the run is getting worse, not sharpening)."""
-    outcome: tuple[str, ...] = ("reward/mean", "eval/acc")
-    enabled: bool = True
-    """false: the rule never fires."""
-
-
-@dataclass(frozen=True)
-class NonFiniteRule:
-    """Any NaN or ±inf scalar. Open per metric until the metric is finite again."""
-
-    critical_prefixes: tuple[str, ...] = ("optim/", "is/", "approx/", "policy/", "reward/")
-    """Metrics under these prefixes are critical when non-finite; others are warnings."""
-    enabled: bool = True
-    """false: the rule never fires."""
-
-
-def setting_rule(
-    metric: str, factor: Factor, direction: Literal["up", "down"], remedy: str, fold: float
-) -> ChangeRule:
-    """A change rule on a setting of the run (`SETTINGS`). A setting is exact, not a noisy
-    estimate, so its change is known the step it happens: no median of the last points
-    and no persistence (which guard the other rules against noise and would only delay
-    this one by a few steps, most of the lead before a fast collapse); spread floor 1 %."""
-    return ChangeRule(
-        metric, factor, direction, remedy, min_change=fold, recent=1, persist=1, sigma_floor=0.01
-    )
-
-
-def drift_rule(metric: str, floor: float, fold: float) -> ChangeRule:
-    """A training-inference mismatch drifting up from the run's early level (`anchored`).
-
-    A mismatch's level is set by the two engines' numerics and the policy's entropy, so it
-    starts where it will stay: healthy runs hold it within a small factor (their entropy
-    moves little). A sustained rise of several times is the engines diverging (a
-    kernel, a stale weight sync, the policy moving where the rollout engine's numerics
-    fail), the slow build-up public reports show before mismatch collapses. The fold is
-    4× for a KL (quadratic in the log-ratio ℓ) and 2× for a mean |ℓ| or |Δp| (linear): the
-    same move of ℓ. Robust to spikes: the median of the last 10 points, held for 5."""
-    return ChangeRule(
-        metric,
-        "train_inference",
-        "up",
-        R_IS,
-        floor=floor,
-        min_change=fold,
-        anchored=True,
-        window=20,
-        gap=0,
-        recent=10,
-        persist=5,
-    )
 
 
 # ---------------------------------------------------------------------------- the defaults
@@ -416,7 +181,9 @@ class DetectorsConfig:
     """Joint evidence: several precursors at once, or one with the outcome falling."""
     reward_collapse: DropRule = DropRule("reward/mean", R_COLLAPSE)
     """Smoothed training reward lost half of its gain: the collapse itself."""
-    eval_collapse: DropRule = DropRule("eval/acc", R_COLLAPSE, ewma_alpha=0.5, warmup=3)
+    eval_collapse: DropRule = DropRule(
+        "eval/acc", R_COLLAPSE, ewma_alpha=0.5, warmup=3, from_start=True
+    )
     """Held-out accuracy lost half of its gain."""
     nonfinite: NonFiniteRule = NonFiniteRule()
     """NaN/inf in any scalar (loss, gradients, weights...)."""

@@ -1,9 +1,11 @@
 """Drop detector: an outcome (reward, held-out accuracy) falling from its peak.
 
 Reward is noisy per step, so it is smoothed by an EWMA first; the peak is the running
-maximum of that EWMA after warm-up, and the drop is measured as the share of the gain
-over a know-nothing policy (`zero`, or the EWMA's lowest level before the peak when the
-outcome's scale goes below it: +1/−1 rewards) that has been lost. Higher is assumed better.
+maximum of that EWMA after warm-up (and the first value, for a rule `from_start`: a run
+falling below where it started has collapsed too), and the drop is measured as the share
+of the gain over a know-nothing policy (`zero`, or the EWMA's lowest level before the peak
+when the outcome's scale goes below it: +1/−1 rewards) that has been lost. Higher is
+assumed better.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from collections import deque
 from collections.abc import Mapping
 
 from monitor.detectors.base import Gate, fmt, reading
-from monitor.detectors.config import DropRule
+from monitor.detectors.rules import DropRule
 from monitor.store.records import AlertDraft, Cleared, Severity
 
 
@@ -47,6 +49,9 @@ class DropDetector:
             self._steps.append(abs(x - self._last))
         self._last = x
         self._n += 1
+        if r.from_start and self._n == 1:  # the starting level counts as a peak
+            self._peak, self._peak_step = self._ewma, step
+            self._low = min(r.zero, self._lowest)
         if self._n <= r.warmup:
             return []
         if self._ewma > self._peak:

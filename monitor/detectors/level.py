@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from monitor.detectors.base import Gate, fmt, reading
-from monitor.detectors.config import LevelRule
+from monitor.detectors.rules import LevelRule
 from monitor.store.records import AlertDraft, Cleared
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from monitor.detectors.config import NonFiniteRule
+from monitor.detectors.rules import NonFiniteRule
 from monitor.store.records import AlertDraft, Cleared, Factor
 
 _FACTOR_BY_PREFIX: dict[str, Factor] = {

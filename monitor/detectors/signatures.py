@@ -1,9 +1,8 @@
 """Signatures of bugs users have reported: a pattern in the logged numbers that one known
 bug leaves, named after it, as its own alert family.
 
-These are not precursors of a collapse (the breakdown rule does not count them): they say
-that a number the run logs cannot be right, and which reported bug makes it so.
-
+Not precursors (the breakdown rule does not count them): a logged number that cannot be
+right, and the reported bug that makes it so.
 - `kept_mass` (TRL issue 6789): for a correct token IS ratio ρ = π/μ on tokens sampled
   from μ, E_μ[ρ] = Σ π over μ's support = 1. When the rollout engine renormalises its
   log-probs over a top-p/top-k truncated support and the trainer does not, every ratio
@@ -11,9 +10,8 @@ that a number the run logs cannot be right, and which reported bug makes it so.
 - `r3_routing_leak` (verl PR 5037): under rollout routing replay (R3) the training pass
   routes through the experts the rollout chose, so the routing mismatch is exactly 0; a
   non-zero one means the replay lands on the wrong routers (a shifted layer index).
-- `twin_is_metrics` (slime issue 1907): the training-inference ratio ρ and the staleness
-  ratio r are different quantities; logged identical, step after step, one of them is
-  the other's number.
+- `twin_is_metrics` (slime issue 1907): ρ and r differ; logged identical, step after
+  step, one of them is the other's number.
 - `prob_precision` (verl's documentation): a mean |π_old − μ_old| of the sampled tokens'
   probabilities above 0.01 is a precision problem of the engines, not noise.
 """
@@ -40,11 +38,13 @@ class KeptMassRule:
     the message says whether the mean matches it."""
 
     metric: str = "mismatch/ratio_mean"
+    """The canonical metric the signature is read on."""
     setting: str = "sampling/top_p"
     window: int = 10
     margin: float = 0.02
     spread: float = 0.01
     enabled: bool = True
+    """false: the rule never fires."""
 
 
 @dataclass(frozen=True)
@@ -53,11 +53,14 @@ class ReplayLeakRule:
     5037)."""
 
     metric: str = "routing/mismatch_train_infer"
+    """The canonical metric the signature is read on."""
     mode: str = ROUTING_REPLAY
     r3: float = 3.0
+    """The value of `mode` that means R3 (the trainer logs 0, 2 or 3)."""
     tol: float = 0.0
     persist: int = 3
     enabled: bool = True
+    """false: the rule never fires."""
 
 
 @dataclass(frozen=True)
@@ -70,12 +73,15 @@ class TwinRule:
         ("mismatch/kl_k1", "staleness/kl_k1"),
         ("train/tis", "train/ois"),
     )
+    """(training-inference, staleness) metric pairs that must differ."""
     persist: int = 10
     rel_tol: float = 1e-9
     min_spread: float = 1e-5
     """Relative range the pair must span over those steps: two ratios equal to 1 up to
     float rounding (an exact on-policy run with bit-equal engines) are not a bug."""
     enabled: bool = True
+    """false: the rule never fires."""
+    """false: the rule never fires."""
 
 
 @dataclass(frozen=True)
@@ -84,9 +90,11 @@ class PrecisionRule:
     `training/rollout_probs_diff_mean` above 0.01 is a precision problem)."""
 
     metric: str = "mismatch/prob_abs_diff"
+    """The canonical metric the signature is read on."""
     level: float = 0.01
     persist: int = 5
     enabled: bool = True
+    """false: the rule never fires."""
 
 
 def _alert(

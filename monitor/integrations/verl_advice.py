@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from monitor.config import MonitorConfig
-from monitor.detectors.config import SETTINGS
+from monitor.detectors.rules import SETTINGS
 from monitor.remediation.healthy import Verdict, last_healthy
 from monitor.remediation.policy import RemediationPolicy
 from monitor.store.reader import RunReader

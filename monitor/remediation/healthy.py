@@ -43,15 +43,22 @@ class Verdict:
 def noise_band(scores: Sequence[float]) -> float:
     """`NOISE_WIDTH` robust standard deviations of one evaluation, at least `MIN_NOISE`.
 
-    The scatter of successive differences (1.4826 · MAD / √2) measures evaluation noise
-    without mistaking the run's trend for it."""
+    The scatter of successive differences around their median (1.4826 · MAD / √2)
+    measures evaluation noise without mistaking the run's trend for it: a steady fall
+    moves every difference alike and leaves no scatter."""
     finite = [s for s in scores if math.isfinite(s)]
-    diffs = sorted(abs(b - a) for a, b in itertools.pairwise(finite))
+    diffs = [b - a for a, b in itertools.pairwise(finite)]
     if len(diffs) < 3:
         return MIN_NOISE
-    mid = len(diffs) // 2
-    mad = diffs[mid] if len(diffs) % 2 else (diffs[mid - 1] + diffs[mid]) / 2
+    centre = _median(diffs)
+    mad = _median([abs(d - centre) for d in diffs])
     return max(MIN_NOISE, NOISE_WIDTH * 1.4826 * mad / math.sqrt(2))
+
+
+def _median(xs: Sequence[float]) -> float:
+    xs = sorted(xs)
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
 
 
 def _open_at(
@@ -74,10 +81,13 @@ def judge(
 
     `scores`: (step, held-out score) of every evaluation, higher is better. `precursors`:
     (opened, cleared or None) of each warning/critical alert. `noise`: the band, else read
-    from the scores. A checkpoint with no evaluation at or before it is judged on the
-    precursors alone (nothing measured can contradict it)."""
+    from the scores taken while no precursor was open. A checkpoint with no evaluation at
+    or before it is judged on the precursors alone (nothing measured can contradict it)."""
     series = sorted((s, v) for s, v in scores if math.isfinite(v))
-    band = noise_band([v for _, v in series]) if noise is None else noise
+    # the noise of evaluations no precursor was open at: a collapse's falls and a
+    # rollback's jump back would pass for noise otherwise
+    calm = [v for s, v in series if _open_at(s, precursors) is None]
+    band = noise_band(calm) if noise is None else noise
     verdicts = []
     for step in sorted(checkpoints):
         seen = [v for s, v in series if s <= step]

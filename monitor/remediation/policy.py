@@ -9,6 +9,8 @@ Two tiers, from the paper's recipes (arXiv 2512.01374):
 - A breakdown (critical) rolls back to the last healthy checkpoint before the episode and
   applies the fix for the blamed factor; a fix that did not hold escalates to the next
   step of the same recipe. Caps and floors hold for the rest of the run.
+- Beside the blamed factor's fix, every breakdown applies the paper's recipe for the run
+  as configured, set part-way or from the start (recipe.py `for_the_run`).
 
 A pure function of the alerts, the controls and the action history, within per-run
 limits (`RemediationConfig`); it neither applies nor stores anything. The recipe table:
@@ -23,8 +25,17 @@ from typing import Any
 
 from core.vocabulary import QUANT_BITS, WEIGHT_QUANTS
 from monitor.config import RemediationConfig
-from monitor.detectors.config import MINI_BATCHES, ROLLOUT_BITS, SETTINGS
+from monitor.detectors.rules import ROLLOUT_BITS, SETTINGS
 from monitor.remediation.actions import apply_to_controls
+from monitor.remediation.recipe import (
+    clip_on,
+    draft,
+    fewer_mini_batches,
+    for_the_run,
+    heading,
+    is_off,
+    pre_episode,
+)
 from monitor.store.records import Action, ActionDraft, Alert, severity_rank
 
 PRECURSOR_FACTORS = ("train_inference", "staleness", "routing", "approximation", "optimisation")
@@ -44,13 +55,13 @@ class RemediationPolicy:
     ) -> list[ActionDraft]:
         """Back to a recommended setting the run is not in, or none. IS correction is only
         turned back on at a `breakdown`; before one its advice is recorded in `skipped`."""
-        c, why = self.cfg, _heading(alert)
+        c, why = self.cfg, heading(alert)
         mini = int(controls.get("mini_batches", 1))
         if alert.metric == ROLLOUT_BITS:
             return self._finer_rollouts(alert, controls, why)
         if controls.get("length_norm", False):
             return [
-                _d(
+                draft(
                     "set_length_norm",
                     {"enabled": False},
                     f"{why} → length normalisation is on and breaks the first-order "
@@ -58,8 +69,8 @@ class RemediationPolicy:
                     alert,
                 )
             ]
-        if alert.factor in ("train_inference", "approximation") and _is_off(controls):
-            on = _d(
+        if alert.factor in ("train_inference", "approximation") and is_off(controls):
+            on = draft(
                 "set_is_correction",
                 {"enabled": True, "cap": c.tis_cap},
                 f"{why} → IS correction is off: turn on token TIS (cap {c.tis_cap:g})",
@@ -77,20 +88,17 @@ class RemediationPolicy:
                         "only at a breakdown",
                     }
                 )
-            return []
-        if alert.factor in ("staleness", "approximation") and not controls.get("clip", True):
-            return [
-                _d(
-                    "set_clip",
-                    {"enabled": True, "eps_low": c.eps_low, "eps_high": c.eps_high},
-                    f"{why} → clipping is off: turn it on (ε {c.eps_low:g}/{c.eps_high:g})",
-                    alert,
-                )
-            ]
+            if mini <= 1 or controls.get("clip", True):
+                return []
+        # off-policy updates need clipping whatever the precursor; at a breakdown that is
+        # `recipe`'s, beside the factor's own fix
+        off_policy = (mini > 1 and not breakdown) or alert.factor in ("staleness", "approximation")
+        if off_policy and not controls.get("clip", True):
+            return [clip_on(self.cfg, alert, mini, why)]
         if alert.factor == "routing" and mini > 1 and controls.get("routing_replay") == "none":
             mode = "R2" if mini <= 2 else "R3"
             return [
-                _d(
+                draft(
                     "set_routing_replay",
                     {"mode": mode},
                     f"{why} → {mini} mini-batches per rollout without routing replay: {mode}",
@@ -110,7 +118,7 @@ class RemediationPolicy:
         if floor is not None and QUANT_BITS[floor] >= QUANT_BITS[quant]:
             return []
         return [
-            _d(
+            draft(
                 "set_rollout_quant_floor",
                 {"weight_quant": quant},
                 f"{why} → the rollout engine's weights went from {bits:g} to "
@@ -127,13 +135,14 @@ class RemediationPolicy:
         (`context`: the other open alerts, e.g. a rising lr's baseline). A run out of the
         recommended setting is put back first; a staleness breakdown also takes the
         recipe's next step (fewer mini-batches): clipping alone does not undo 8×."""
-        why = _heading(alert)
-        settled = self.settle(alert, controls)
-        if settled and alert.factor != "staleness":
-            return settled
-        for d in settled:
-            controls = apply_to_controls(controls, d.kind, d.params)
-        return settled + self._next_step(alert, controls, context, why)
+        why = heading(alert)
+        drafts = self.settle(alert, controls)
+        if not drafts or alert.factor == "staleness":
+            after = controls
+            for d in drafts:
+                after = apply_to_controls(after, d.kind, d.params)
+            drafts = drafts + self._next_step(alert, after, context, why)
+        return drafts + for_the_run(self.cfg, alert, controls, drafts, why)
 
     def _next_step(
         self, alert: Alert, controls: Mapping[str, Any], context: Sequence[Alert], why: str
@@ -145,7 +154,7 @@ class RemediationPolicy:
             cap = float(controls.get("is_cap", c.tis_cap)) * c.cap_factor
             if cap >= c.min_cap:
                 return [
-                    _d(
+                    draft(
                         "set_is_policy",
                         {"policy": policy, "cap": cap},
                         f"{why} → tighten the IS cap to {cap:g}",
@@ -154,7 +163,7 @@ class RemediationPolicy:
                 ]
             band = list(c.icepop_band)
             return [
-                _d(
+                draft(
                     "set_is_policy",
                     {"policy": "icepop", "band": band},
                     f"{why} → the cap is tight already: mask tokens outside {band} (IcePop)",
@@ -162,11 +171,11 @@ class RemediationPolicy:
                 )
             ]
         if alert.factor in ("staleness", "approximation") and mini > 1:
-            return [self._fewer_mini_batches(alert, mini, context, why)]
+            return [fewer_mini_batches(alert, mini, context, why)]
         if alert.factor == "routing":
             if mini > 1 and controls.get("routing_replay") == "R2":
                 return [
-                    _d(
+                    draft(
                         "set_routing_replay",
                         {"mode": "R3"},
                         f"{why} → R2 did not hold: replay the rollout's routes (R3)",
@@ -182,24 +191,6 @@ class RemediationPolicy:
             return [self._lower_lr(alert, controls, context, why)]
         return []
 
-    def _fewer_mini_batches(
-        self, alert: Alert, mini: int, context: Sequence[Alert], why: str
-    ) -> ActionDraft:
-        """Cap the mini-batches per rollout at their pre-episode number (the baseline of a
-        rising-setting alert, when they rose) or else at half the current one; held."""
-        rose = _pre_episode(alert, context, MINI_BATCHES)
-        if rose is not None and 1 <= int(rose) < mini:
-            n, how = int(rose), f"back to {int(rose)}, the number before they rose"
-        else:
-            n, how = mini // 2, "halved"
-        return _d(
-            "set_mini_batches_cap",
-            {"n": n},
-            f"{why} → fewer mini-batches per rollout, {mini} → {n} ({how}), held for "
-            "the rest of the run",
-            alert,
-        )
-
     def _lower_lr(
         self, alert: Alert, controls: Mapping[str, Any], context: Sequence[Alert], why: str
     ) -> ActionDraft:
@@ -207,20 +198,20 @@ class RemediationPolicy:
         alert, this one or an open one, else the current lr; a cap already set is
         lowered from)."""
         c = self.cfg
-        lr = _pre_episode(alert, context, "optim/lr")
+        lr = pre_episode(alert, context, "optim/lr")
         if lr is None:
             lr = controls.get("lr")
         if controls.get("lr_cap") is not None:
             lr = min(float(lr), float(controls["lr_cap"])) if lr is not None else None
         if lr is None:
-            return _d(
+            return draft(
                 "scale_lr",
                 {"factor": c.lr_factor},
                 f"{why} → lower the learning rate ×{c.lr_factor:g}",
                 alert,
             )
         cap = float(lr) * c.lr_factor
-        return _d(
+        return draft(
             "set_lr_cap",
             {"lr": cap},
             f"{why} → cap the learning rate at {cap:.3g} for the rest of the run "
@@ -252,10 +243,10 @@ class RemediationPolicy:
             a = crash[0]
             blamed = self._blame(a, open_alerts)
             drafts.append(
-                _d(
+                draft(
                     "rollback",
                     {},
-                    f"{_heading(a)} → breakdown: roll back to "
+                    f"{heading(a)} → breakdown: roll back to "
                     "the last healthy checkpoint before the episode",
                     a,
                 )
@@ -267,7 +258,7 @@ class RemediationPolicy:
                 if not settled and a.factor == "staleness" and _applied(history, STALENESS_FIXES):
                     # the fix did not hold: staleness rose again after clipping came back
                     # (or after fewer mini-batches), so take the recipe's next step
-                    why = f"{_heading(a)} → the staleness fix did not hold"
+                    why = f"{heading(a)} → the staleness fix did not hold"
                     settled = self._next_step(a, controls, open_alerts, why)
                 drafts += settled
         if any(d.kind == "set_is_correction" for d in drafts):  # a breakdown applies it now
@@ -323,15 +314,6 @@ def _drifts_across_mini_batches(alert: Alert, context: Sequence[Alert]) -> bool:
     return first is not None and first.metric == "routing/mismatch_stale"
 
 
-def _pre_episode(alert: Alert, context: Sequence[Alert], setting: str) -> float | None:
-    """The value `setting` had before it rose: the baseline of its rising alert (this
-    one or an open one), or None when it did not rise."""
-    rising = next((a for a in (alert, *context) if a.metric == setting), None)
-    if rising is None or rising.baseline != rising.baseline:  # absent or NaN
-        return None
-    return float(rising.baseline)
-
-
 STALENESS_FIXES = ("set_clip", "set_mini_batches_cap")
 
 
@@ -340,14 +322,3 @@ def _applied(history: Sequence[Action], kinds: tuple[str, ...]) -> bool:
     return any(a.kind in kinds and a.source == "policy" and a.status == "applied" for a in history)
 
 
-def _heading(alert: Alert) -> str:
-    """How an action's reason names the alert it answers: detector, severity, message."""
-    return f"{alert.detector} ({alert.severity}): {alert.message}"
-
-
-def _is_off(controls: Mapping[str, Any]) -> bool:
-    return controls.get("is_policy", "none") == "none" and controls.get("variant") != "reinforce"
-
-
-def _d(kind: str, params: dict[str, Any], reason: str, alert: Alert) -> ActionDraft:
-    return ActionDraft(kind=kind, params=params, reason=reason, alert_id=alert.id)

@@ -1,0 +1,102 @@
+"""Healthy checkpoints measured on a real store: the monitor, the drop detector, the
+dashboard's story and `analyze` judge health and recovery against the run's best."""
+
+from pathlib import Path
+
+from dashboard.story import _back_to
+from monitor import Monitor
+from monitor.analysis.analyze import analyze_run
+from monitor.config import MonitorConfig
+from monitor.remediation.healthy import noise_band
+from monitor.store.reader import RunReader
+
+CONTROLS = {"is_policy": "none", "clip": True, "mini_batches": 1, "lr": 1e-6}
+
+# the issue's off-policy run: a peak at 20, fallen 90 % by 40, an alert only at 45
+EVALS = {0: 0.242, 10: 0.255, 20: 0.26, 30: 0.12, 40: 0.022, 50: 0.043}
+
+
+def _run(tmp_path: Path, evals: dict[int, float], alert_from: int | None) -> Monitor:
+    mon = Monitor(tmp_path / "r", controls=CONTROLS)
+    for step in range(max(evals) + 1):
+        values = {"reward/mean": 0.3, "mismatch/kl_k1": 1e-3}
+        if alert_from is not None and step >= alert_from:
+            values["mismatch/kl_k1"] = 0.5  # a precursor opens a few steps later
+        if step in evals:
+            values["eval/acc"] = evals[step]
+        mon.log(step, values)
+    return mon
+
+
+def test_a_rollback_never_restores_a_checkpoint_more_than_noise_below_the_best(tmp_path):
+    mon = _run(tmp_path, EVALS, alert_from=45)
+    ckpts = [0, 10, 20, 30, 40, 50]
+    verdict = mon.healthy_checkpoint(ckpts)
+    scores = [v for s, v in mon.scores() if s <= verdict.step]
+    best_before = max(v for s, v in mon.scores() if s < 45)
+    assert verdict.step == 20 and verdict.healthy
+    assert verdict.score >= best_before - noise_band(scores)
+    assert "within noise" in verdict.reason
+    # the old rule took the last checkpoint before the alert: 40, at 0.022
+    why = {v.step: v for v in mon.judge_checkpoints(ckpts)}
+    assert not why[30].healthy and "below the best 0.26" in why[30].reason
+    assert not why[40].healthy and not why[50].healthy
+    assert mon.last_healthy_step(ckpts) == 20
+    mon.close()
+
+
+def test_a_run_falling_from_its_start_is_a_collapse_and_its_start_is_healthy(tmp_path):
+    """The lr too high from the start: held-out accuracy never rises above its first
+    evaluation. The eval collapse rule counts the starting level as the peak."""
+    falling = {s: max(0.0, 0.242 - 0.03 * (s // 10)) for s in range(0, 101, 10)}
+    mon = _run(tmp_path, falling, alert_from=None)
+    with RunReader(tmp_path / "r") as reader:
+        crit = [a for a in reader.alerts() if a.detector == "eval_collapse"]
+    assert crit and crit[0].severity == "critical" and crit[0].baseline == 0.242
+    first = crit[0].step
+    assert mon.last_healthy_step([0, 10, 20, 50, 100]) == 0
+    mon.close()
+    without = MonitorConfig.from_dict({"detectors": {"eval_collapse": {"from_start": False}}})
+    mon = Monitor(tmp_path / "old", controls=CONTROLS, monitor_config=without)
+    for step, acc in falling.items():
+        mon.log(step, {"eval/acc": acc})
+    with RunReader(tmp_path / "old") as reader:
+        late = [a for a in reader.alerts() if a.detector == "eval_collapse"]
+    assert not late or (late[0].step > first and late[0].baseline < 0.242)  # later, lower peak
+    mon.close()
+
+
+def test_dashboard_and_analyze_never_call_a_collapsed_state_recovered(tmp_path):
+    evals = [(s, v) for s, v in EVALS.items()]
+    # the episode begins at 45; the pre-episode best is 0.26, not the fallen 0.022 at 40
+    assert _back_to(evals, 45, 46) is None
+    assert _back_to([*evals, (60, 0.258)], 45, 46)[1] == (60, 0.258)
+    mon = _run(tmp_path, EVALS, alert_from=45)
+    mon.close()
+    rec = analyze_run(str(tmp_path / "r")).recovery
+    assert rec is not None and rec["recovered"] is False
+    assert rec["eval_acc"] == 0.043 and "pre-episode best 0.26" in rec["why"]
+
+
+def test_analyze_tells_the_recovery_verdict_and_a_fork_experiment(tmp_path):
+    from monitor.cli.analyze import _text
+
+    mon = _run(tmp_path, EVALS, alert_from=45)
+    mon.event(
+        "fork_experiment",
+        {
+            "from_step": 20,
+            "k": 4,
+            "candidates": [
+                {"name": "policy fix", "score": 0.2},
+                {"name": "lr halved", "score": 0.3},
+            ],
+            "chosen": "lr halved",
+            "cost_steps": 8,
+        },
+    )
+    mon.close()
+    text = _text(analyze_run(str(tmp_path / "r")))
+    assert "recovery: NOT recovered at step 50" in text and "pre-episode best 0.26" in text
+    assert "fork experiment from the checkpoint of step 20: 2 remedies × 4 steps" in text
+    assert "chose lr halved; cost 8 extra steps" in text
