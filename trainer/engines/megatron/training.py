@@ -1,25 +1,24 @@
 """The Megatron training engine (`engine.training: megatron`): π_θ as a megatron-core
 `GPTModel`, with Routing Replay through megatron-core's own RouterReplay.
 
-It implements the `TrainingEngine` protocol of base.py exactly like the transformers
-engine (torch/training.py), so the RL step and the loop do not know which one runs. The
-checkpoint's transformers Qwen3-MoE weights are converted into Megatron's layout at start
-(convert.py: the same architecture, equal log-probabilities); `model` is a
-transformers module that receives Megatron's current weights, converted back, each time
-it is read: that is what the inference engine syncs from (vLLM, in HF naming) and what
-π's own evaluation samples. R2/R3 and the routing diagnostics use Megatron's routes
-(routing.py). AdamW and gradient clipping are plain torch over Megatron's
-parameters: the transformers engine's update (update.py), so the two are comparable.
+`MegatronPolicy` is the backend, and `MegatronTrainingEngine` that policy in the one
+training engine of local.py, exactly like the transformers engine (torch/training.py),
+so the RL step and the loop do not know which one runs. The checkpoint's transformers
+Qwen3-MoE weights are converted into Megatron's layout at start (convert.py: the same
+architecture, equal log-probabilities); `model` is a transformers module that receives
+Megatron's current weights, converted back, each time it is read: that is what the
+inference engine syncs from (vLLM, in HF naming) and what π's own evaluation samples.
+R2/R3 and the routing diagnostics use Megatron's routes (routing.py). AdamW and gradient
+clipping are plain torch over Megatron's parameters: the transformers engine's update
+(update.py), so the two are comparable.
 
-One process (this class as it is): world size 1, every parallel size 1, inside a
-1-process gloo world of its own (trainer.distributed.World), since megatron-core needs a
-torch.distributed world even then and an in-process vLLM must keep the default world to
-itself. In a torchrun job the same class is each rank's part of the model
-(parallel.py): Megatron's parallel state is initialised in the job's world with
-the configured sizes (`engine.megatron`), and the module holds this rank's experts. fp32
-parameters, arch qwen3_moe. On a CPU-only torch the patches of cpu.py are
-installed first.
-"""
+One process: world size 1, every parallel size 1, inside a 1-process gloo world of its
+own (trainer.distributed.World), since megatron-core needs a torch.distributed world even
+then and an in-process vLLM must keep the default world to itself. In a torchrun job the
+same policy is each rank's part of the model (parallel.py): Megatron's parallel state is
+initialised in the job's world with the configured sizes (`engine.megatron`), and the
+module holds this rank's experts. fp32 parameters, arch qwen3_moe. On a CPU-only torch
+the patches of cpu.py are installed first."""
 
 from __future__ import annotations
 
@@ -34,11 +33,10 @@ from core.errors import UserError
 from trainer import distributed
 from trainer.engines.config import EngineConfig, MegatronConfig, OptimConfig
 from trainer.engines.device import resolve_device
+from trainer.engines.local import LocalTrainingEngine
 from trainer.engines.megatron import convert
 from trainer.engines.megatron import state as megatron_state
 from trainer.engines.megatron.routing import routed
-from trainer.engines.scoring import LocalScorer
-from trainer.engines.update import adamw
 from trainer.models import load_policy
 
 INSTALL_HINT = "pip install 'minirl[megatron]'"
@@ -130,19 +128,17 @@ def _require_megatron(device: torch.device) -> None:
         raise UserError(f"engine.training=megatron: {err}") from None
 
 
-class MegatronTrainingEngine(LocalScorer):
-    """`TrainingEngine` on megatron-core, world size 1 (or one rank's part of a torchrun
-    job's model, parallel.py); see the module docstring."""
+class MegatronPolicy:
+    """π_θ as a megatron-core GPTModel, world size 1 (or one rank's part of a torchrun
+    job's model, parallel.py), with a transformers view; see the module docstring."""
 
-    def __init__(
-        self, checkpoint_dir: str | Path, config: EngineConfig, optim: OptimConfig
-    ) -> None:
+    def __init__(self, checkpoint_dir: str | Path, config: EngineConfig) -> None:
         if config.train_dtype != "fp32" or config.autocast != "none":
             raise UserError(
                 "engine.training=megatron: train_dtype=fp32 and autocast=none only "
                 f"(got {config.train_dtype}, {config.autocast})"
             )
-        self.config, self.optim = config, optim
+        self.config = config
         self.device = resolve_device(config.device)
         _require_megatron(self.device)
         hf_model, self.tokenizer = load_policy(checkpoint_dir, "fp32", self.device)
@@ -171,8 +167,6 @@ class MegatronTrainingEngine(LocalScorer):
             for n, t in self.module.state_dict().items()
             if torch.is_tensor(t)  # not Megatron's _extra_state entries
         }
-        self.optimizer = adamw(self.module.parameters(), optim)
-        self.lr_scale = 1.0
 
     # ------------------------------------------------------------------ the HF view
 
@@ -197,35 +191,40 @@ class MegatronTrainingEngine(LocalScorer):
         self, ids: Tensor, attn: Tensor, replay: Tensor | None, record: bool
     ) -> tuple[Tensor, Tensor | None]:
         """The GPTModel's logits through Megatron's RouterReplay (scoring.py does the rest,
-        exactly as for the transformers engine; right padding needs no key mask under the
+        exactly as for the transformers policy; right padding needs no key mask under the
         causal mask: a pad only follows the tokens that are scored)."""
         with megatron_world(), routed(self.module, len(ids), replay, record) as cap:
             logits = megatron_logits(self.module, ids)
         return logits, cap.indices() if record else None
 
-    # ------------------------------------------------------------------ optimiser
-
-    def trained_module(self) -> torch.nn.Module:
-        return self.module
+    # ------------------------------------------------------------------ the update
 
     def autograd_context(self) -> AbstractContextManager[None]:
         return megatron_world()
 
     # ------------------------------------------------------------------ checkpoints
 
-    def state_dict(self) -> dict:
-        """Megatron-layout weights, AdamW state by parameter name and the lr scale
-        (state.py: the layout of every world size; weights_only-loadable)."""
+    def state_dict(self, optimizer: torch.optim.Optimizer) -> dict:
+        """Megatron-layout weights and AdamW state by parameter name (state.py: the
+        layout of every world size; weights_only-loadable)."""
         names = set(self.global_names.values())
-        state = megatron_state.named_state(self.module, self.optimizer, self.global_names, names)
-        return {**state, "lr_scale": self.lr_scale}
+        return megatron_state.named_state(self.module, optimizer, self.global_names, names)
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict, optimizer: torch.optim.Optimizer) -> None:
         check_megatron_checkpoint(state)
         weights, optim = megatron_state.local_state(state, self.module, self.global_names)
         convert.load_into(self.module, weights)
-        self.optimizer.load_state_dict(optim)
-        self.set_lr_scale(float(state["lr_scale"]))
+        optimizer.load_state_dict(optim)
+
+
+class MegatronTrainingEngine(LocalTrainingEngine):
+    """`TrainingEngine` on megatron-core in one process: `MegatronPolicy` and AdamW over
+    its parameters."""
+
+    def __init__(
+        self, checkpoint_dir: str | Path, config: EngineConfig, optim: OptimConfig
+    ) -> None:
+        super().__init__(MegatronPolicy(checkpoint_dir, config), optim)
 
 
 def check_megatron_checkpoint(state: dict) -> None:
