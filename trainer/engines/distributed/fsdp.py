@@ -1,6 +1,6 @@
 """The FSDP2 training engine: π_θ sharded over the ranks of a torchrun job, data-parallel.
 
-Each rank holds `ShardedPolicy`: the transformers policy (torch/training.py) with every
+Each rank holds `FSDPShard`: the transformers policy (torch/training.py) with every
 decoder layer and then the root wrapped by `fully_shard` (parameters, gradients and AdamW
 state sharded) in the one training engine of local.py, and runs the forward and backward
 of its share of the rows. Rank 0 holds `FSDPTrainingEngine`, the
@@ -50,7 +50,7 @@ def decoder_layers(model: nn.Module) -> nn.ModuleList:
     return layers
 
 
-class ShardedPolicy(Shard):
+class FSDPShard(Shard):
     """One rank's part of the policy. Every method is run by all ranks together (rank 0
     passes the whole batch as `data`, the others nothing)."""
 
@@ -109,8 +109,8 @@ class FSDPTrainingEngine(RankZeroEngine):
     """`TrainingEngine` on rank 0 of a torchrun job (rank_zero.py), over FSDP2 shards;
     its checkpoints go through torch.distributed.checkpoint."""
 
-    shard_type = ShardedPolicy
-    shard: ShardedPolicy
+    shard_type = FSDPShard
+    shard: FSDPShard
 
     def state_dict(self) -> ShardedState:
         """A handle that writes the checkpoint's shards (trainer/checkpoints.py)."""
