@@ -104,7 +104,7 @@ def test_replay_routes_exactly_the_given_experts_with_router_gradients(engines):
     dispatched = []
     hooks = [
         r.register_forward_hook(lambda _m, _a, out: dispatched.append(out[1].clone()))
-        for r in routers(mg.module)
+        for r in routers(mg.policy.module)
     ]
     try:
         logp, _, recorded = mg.forward_logprobs(
@@ -126,7 +126,7 @@ def test_replay_routes_exactly_the_given_experts_with_router_gradients(engines):
     torch.testing.assert_close(logp, ref, rtol=0, atol=TOL)
     (logp.sum() + ref.sum()).backward()
     for layer in range(2):
-        g_mg = mg.module.decoder.layers[layer].mlp.router.weight.grad
+        g_mg = mg.policy.module.decoder.layers[layer].mlp.router.weight.grad
         g_hf = torch_eng.model.model.layers[layer].mlp.gate.weight.grad
         assert g_mg is not None and float(g_mg.abs().sum()) > 0
         torch.testing.assert_close(g_mg, g_hf, rtol=1e-4, atol=1e-6)
@@ -167,7 +167,8 @@ def test_steps_track_the_transformers_engine_and_checkpoints_round_trip(ckpt, tm
     for eng in (b, c):
         logp, _, _ = eng.forward_logprobs(ids, attention, response)
         eng.step(-logp.sum())
-    for (name, pb), pc in zip(b.module.named_parameters(), c.module.parameters(), strict=True):
+    pairs = zip(b.policy.module.named_parameters(), c.policy.module.parameters(), strict=True)
+    for (name, pb), pc in pairs:
         assert torch.equal(pb, pc), name
 
     with pytest.raises(UserError, match=r"engine\.training=torch"):

@@ -2,18 +2,18 @@
 parameters, gradient clipping, an update skipped on a non-finite gradient norm, and the
 lr scale remediation sets.
 
-The transformers engine (torch/training.py, and its FSDP2 shards) and the Megatron engine
-(megatron/training.py) differ in the module they train and in the context Megatron needs around
-autograd; everything else about an update is the same, so that the engines' runs are
-comparable step for step.
+Every training engine owns one `Update` over the module it trains (the transformers
+model, Megatron's GPTModel, or one rank's shard of either), so that the engines' runs
+are comparable step for step. What differs between them is given to it: the context
+Megatron needs around autograd, and (Megatron's expert parallel) a clip that sums the
+gradient norm over the ranks.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
-from pathlib import Path
 
 import torch
 from torch import nn
@@ -33,22 +33,23 @@ def adamw(params: Iterable[nn.Parameter], optim: OptimConfig) -> torch.optim.Ada
     )
 
 
-class PolicyUpdate:
-    """The optimiser half of a `TrainingEngine`. An engine sets `optim`, `optimizer`
-    (`adamw(...)`), `lr_scale` and `device`, and says which module trains."""
+class Update:
+    """AdamW over `module`'s parameters: one step per loss, clipped, skipped when the
+    gradient norm is not finite, at the configured lr times `lr_scale`."""
 
-    optim: OptimConfig
-    optimizer: torch.optim.Optimizer
-    lr_scale: float
-    device: torch.device
-
-    def trained_module(self) -> nn.Module:
-        """The module whose parameters the optimiser updates."""
-        raise NotImplementedError
-
-    def autograd_context(self) -> AbstractContextManager[None]:
-        """Entered around every backward pass (Megatron needs its parallel state)."""
-        return nullcontext()
+    def __init__(
+        self,
+        module: nn.Module,
+        optim: OptimConfig,
+        context: Callable[[], AbstractContextManager[None]] = nullcontext,
+    ) -> None:
+        self.module, self.optim = module, optim
+        self.optimizer = adamw(module.parameters(), optim)
+        self.lr_scale = 1.0
+        self.context = context  # entered around every backward pass
+        # clips the accumulated gradients and returns their norm; an engine whose norm is
+        # a sum over ranks replaces it
+        self.clip: Callable[[], float] = self.clip_gradients
 
     def set_lr_scale(self, scale: float) -> None:
         """lr = base lr * scale for the following steps (remediation lowers it)."""
@@ -68,8 +69,8 @@ class PolicyUpdate:
         """`step(loss)`, and the cosine between ∇loss and ∇reference (NaN when either is
         not finite: `step` then skips the update). Two extra backward passes: a periodic
         probe."""
-        params = [p for p in self.trained_module().parameters() if p.requires_grad]
-        with self.autograd_context():
+        params = [p for p in self.module.parameters() if p.requires_grad]
+        with self.context():
             g_loss = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
             g_ref = torch.autograd.grad(reference, params, allow_unused=True)
         finite = all(g is None or bool(torch.isfinite(g).all()) for g in (*g_loss, *g_ref))
@@ -85,7 +86,7 @@ class PolicyUpdate:
         is reported as such, so one bad batch cannot poison the policy silently.
         """
         if loss is not None:
-            with self.autograd_context():
+            with self.context():
                 loss.backward()
         return self.apply_gradients()
 
@@ -93,7 +94,7 @@ class PolicyUpdate:
         """Clip the accumulated gradients by their global norm; return the norm. Under
         FSDP2 the norm is a DTensor over every rank's shards: its full value is the same
         on all ranks, so all skip or step together."""
-        params = [p for p in self.trained_module().parameters() if p.grad is not None]
+        params = [p for p in self.module.parameters() if p.grad is not None]
         if not params:
             return 0.0
         max_norm = self.optim.grad_clip if self.optim.grad_clip > 0 else math.inf
@@ -101,24 +102,10 @@ class PolicyUpdate:
         return float(total.full_tensor() if hasattr(total, "full_tensor") else total)
 
     def apply_gradients(self) -> dict[str, float]:
-        """Clip the accumulated gradients (`clip_gradients`), update unless their norm is
-        not finite, zero them."""
-        norm = self.clip_gradients()
+        """Clip the accumulated gradients (`clip`), update unless their norm is not
+        finite, zero them."""
+        norm = self.clip()
         if math.isfinite(norm):
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return {"optim/grad_norm": norm, "optim/lr": self.lr}
-
-    # ------------------------------------------------------------------ checkpoints
-
-    def state_dict(self) -> dict:
-        raise NotImplementedError
-
-    def load_state_dict(self, state: dict) -> None:
-        raise NotImplementedError
-
-    def save(self, path: str | Path) -> None:
-        torch.save(self.state_dict(), Path(path))
-
-    def load(self, path: str | Path) -> None:
-        self.load_state_dict(torch.load(Path(path), weights_only=True, map_location=self.device))

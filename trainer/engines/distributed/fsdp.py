@@ -1,8 +1,9 @@
 """The FSDP2 training engine: π_θ sharded over the ranks of a torchrun job, data-parallel.
 
-Each rank holds `ShardedPolicy`: the policy with every decoder layer and then the root
-wrapped by `fully_shard` (parameters, gradients and AdamW state sharded), and runs the
-forward and backward of its share of the rows. Rank 0 holds `FSDPTrainingEngine`, the
+Each rank holds `FSDPShard`: the transformers policy (torch/training.py) with every
+decoder layer and then the root wrapped by `fully_shard` (parameters, gradients and AdamW
+state sharded) in the one training engine of local.py, and runs the forward and backward
+of its share of the rows. Rank 0 holds `FSDPTrainingEngine`, the
 `TrainingEngine` the loop sees (rank_zero.py: each call is broadcast to the other ranks
 and run by all of them together; the loss and every diagnostic are computed on rank 0 on
 the whole batch). FSDP sums (not averages) the gradients over ranks, so ∇θ is that of
@@ -31,10 +32,10 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, fully_shard
 
 from trainer.engines.config import EngineConfig, OptimConfig
-from trainer.engines.distributed.rank_zero import RankZeroEngine, ShardSteps, usage_on_rank_0
+from trainer.engines.distributed.rank_zero import RankZeroEngine, Shard, usage_on_rank_0
 from trainer.engines.distributed.reshard import full_fqn_state
-from trainer.engines.torch.training import TorchTrainingEngine
-from trainer.engines.update import adamw
+from trainer.engines.local import LocalTrainingEngine
+from trainer.engines.torch.training import TorchPolicy
 
 _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 _FULL_FROM_0 = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
@@ -49,12 +50,13 @@ def decoder_layers(model: nn.Module) -> nn.ModuleList:
     return layers
 
 
-class ShardedPolicy(ShardSteps, TorchTrainingEngine):
+class FSDPShard(Shard):
     """One rank's part of the policy. Every method is run by all ranks together (rank 0
     passes the whole batch as `data`, the others nothing)."""
 
     def __init__(self, checkpoint_dir: str | Path, config: EngineConfig, optim: OptimConfig):
-        super().__init__(checkpoint_dir, config, optim)  # the whole policy, on this rank
+        policy = TorchPolicy(checkpoint_dir, config)  # the whole policy, on this rank
+        self.model = policy.model
         device = next(self.model.parameters()).device.type
         mesh = init_device_mesh(device, (dist.get_world_size(),))
         for layer in decoder_layers(self.model):
@@ -64,7 +66,8 @@ class ShardedPolicy(ShardSteps, TorchTrainingEngine):
             if isinstance(module, FSDPModule):  # ∇ of the whole batch: sum over ranks
                 module.set_gradient_divide_factor(1.0)
                 module.set_force_sum_reduction_for_comms(True)  # gloo has no PREMUL_SUM
-        self.optimizer = adamw(self.model.parameters(), optim)  # over this rank's shards
+        self.engine = LocalTrainingEngine(policy, optim)  # AdamW over this rank's shards
+        self.optimizer = self.engine.optimizer
 
     def full_weights(self) -> dict[str, torch.Tensor]:
         """The whole model's weights on rank 0 (empty elsewhere)."""
@@ -80,7 +83,7 @@ class ShardedPolicy(ShardSteps, TorchTrainingEngine):
         dcp.load(state, checkpoint_id=folder)
         set_model_state_dict(self.model, state["model"])
         set_optimizer_state_dict(self.model, self.optimizer, state["optim"])
-        self.set_lr_scale(lr_scale)
+        self.engine.set_lr_scale(lr_scale)
         self._graph = None
 
     def load_full(self, lr_scale: float, data: Any = None) -> None:
@@ -88,7 +91,7 @@ class ShardedPolicy(ShardSteps, TorchTrainingEngine):
         model_sd, optim_sd = data if data is not None else ({}, {})
         set_model_state_dict(self.model, model_sd, options=_FULL_FROM_0)
         set_optimizer_state_dict(self.model, self.optimizer, optim_sd, options=_FULL_FROM_0)
-        self.set_lr_scale(lr_scale)
+        self.engine.set_lr_scale(lr_scale)
         self._graph = None
 
     def usage(self) -> list[dict[str, float]] | None:
@@ -106,8 +109,8 @@ class FSDPTrainingEngine(RankZeroEngine):
     """`TrainingEngine` on rank 0 of a torchrun job (rank_zero.py), over FSDP2 shards;
     its checkpoints go through torch.distributed.checkpoint."""
 
-    shard_type = ShardedPolicy
-    shard: ShardedPolicy
+    shard_type = FSDPShard
+    shard: FSDPShard
 
     def state_dict(self) -> ShardedState:
         """A handle that writes the checkpoint's shards (trainer/checkpoints.py)."""
@@ -120,7 +123,7 @@ class FSDPTrainingEngine(RankZeroEngine):
             self._run("load_shards", str(state["shards"]), scale)
             self.shard.load_shards(str(state["shards"]), scale)
         else:
-            full = full_fqn_state(self._mirror, state, self.optim)
+            full = full_fqn_state(self._mirror, state)
             self._run("load_full", scale)
             self.shard.load_full(scale, full)
         self._leaf, self._stale = None, True
@@ -132,7 +135,7 @@ class ShardedState:
 
     def __init__(self, engine: FSDPTrainingEngine) -> None:
         self.engine = engine
-        self.meta = {"lr_scale": engine.shard.lr_scale, "world_size": engine.world_size}
+        self.meta = {"lr_scale": engine.shard.engine.lr_scale, "world_size": engine.world_size}
 
     def write(self, folder: Path) -> None:
         """`folder` is new (trainer/checkpoints.py never reuses one)."""

@@ -31,6 +31,7 @@ from core.errors import UserError
 from trainer import distributed as ranks
 from trainer.engines.config import EngineConfig, OptimConfig
 from trainer.engines.device import HOST
+from trainer.engines.local import LocalTrainingEngine
 from trainer.engines.scoring import check_batch
 from trainer.models import load_policy
 
@@ -44,11 +45,12 @@ class RankZeroEngine:
     def __init__(self, checkpoint_dir: str | Path, config: EngineConfig, optim: OptimConfig):
         ranks.Commands.send("init", self.shard_type, str(checkpoint_dir), config, optim)
         self.shard = self.shard_type(checkpoint_dir, config, optim)
-        self.tokenizer = self.shard.tokenizer
+        engine = self.shard.engine
+        self.tokenizer = engine.tokenizer
         self.world_size = dist.get_world_size()
-        self.is_moe: bool = self.shard.is_moe
-        self.num_experts: int = self.shard.num_experts
-        self.optim: OptimConfig = self.shard.optim
+        self.is_moe: bool = engine.is_moe
+        self.num_experts: int = engine.num_experts
+        self.optim: OptimConfig = engine.optim
         self._mirror, _ = load_policy(checkpoint_dir, config.train_dtype)  # unsharded copy
         self._mirror.train()
         self._stale = False
@@ -70,7 +72,7 @@ class RankZeroEngine:
 
     @property
     def lr(self) -> float:
-        return self.shard.lr
+        return self.shard.engine.lr
 
     def _run(self, name: str, *args: Any) -> None:
         ranks.Commands.send(name, *args)
@@ -153,12 +155,14 @@ class RankZeroEngine:
         return out
 
 
-class ShardSteps:
-    """The forward and backward a shard runs on its rows, shared by the FSDP2 and the
-    Megatron shards (each a `PolicyUpdate` engine of its own part of the policy). A shard
-    that sums gradients over ranks itself does it in `reduce_gradients` (FSDP2 does it
-    inside its backward); `part_weights` counts each parameter once in global sums."""
+class Shard:
+    """One rank's part of the policy: the training engine of that part (local.py), and
+    the forward and backward every rank runs on its rows. The FSDP2 and the Megatron
+    shards build `engine` and add their own commands; a shard that sums gradients over
+    ranks itself does it in `reduce_gradients` (FSDP2 does it inside its backward), and
+    `part_weights` counts each parameter once in global sums."""
 
+    engine: LocalTrainingEngine
     _graph: torch.Tensor | None = None  # this rank's log π of the last forward under grad
 
     def pad_rows(self, rows: list[torch.Tensor | None]) -> list[torch.Tensor | None]:
@@ -173,6 +177,9 @@ class ShardSteps:
         """Per trained parameter: 1 / the number of ranks holding the same gradient."""
         return None
 
+    def set_lr_scale(self, scale: float) -> None:
+        self.engine.set_lr_scale(scale)
+
     def forward(self, flags: tuple[bool, bool, bool], data: Any = None) -> Any:
         """log π (entropy, routing) of this rank's rows; whole tensors on rank 0."""
         grad, record, with_entropy = flags
@@ -180,7 +187,7 @@ class ShardSteps:
         n = len(mine[0])
         ids, attn, mask, replay = self.pad_rows(mine)
         with torch.set_grad_enabled(grad):
-            outs = self.forward_logprobs(  # type: ignore[attr-defined]
+            outs = self.engine.forward_logprobs(
                 ids, attn, mask, replay=replay, record=record, with_entropy=with_entropy
             )
         self._graph = outs[0] if grad else None
@@ -190,29 +197,30 @@ class ShardSteps:
         """Back-propagate rank 0's ∂loss/∂log π through this rank's rows, then update."""
         (grad,) = ranks.scatter_rows(data)
         self._backward(grad)
-        return self.apply_gradients()  # type: ignore[attr-defined]
+        return self.engine.update.apply_gradients()
 
     def backward_cosine_step(self, with_reference: bool, data: Any = None) -> Any:
         """`backward_step`, and the cosine between ∇loss and ∇reference over all shards."""
         g_loss, g_ref = ranks.scatter_rows(data)
-        params = [p for p in self.trained_module().parameters() if p.requires_grad]  # type: ignore[attr-defined]
+        update = self.engine.update
+        params = [p for p in update.module.parameters() if p.requires_grad]
         found = math.nan
         if with_reference:
             self._backward(g_ref, keep=True)
             ref = [local(p.grad) for p in params]
-            self.optimizer.zero_grad(set_to_none=True)  # type: ignore[attr-defined]
+            update.optimizer.zero_grad(set_to_none=True)
             self._backward(g_loss)
             found = cosine(ref, [local(p.grad) for p in params], self.part_weights())
         else:
             self._backward(g_loss)
-        return self.apply_gradients(), found  # type: ignore[attr-defined]
+        return update.apply_gradients(), found
 
     def _backward(self, grad: torch.Tensor, keep: bool = False) -> None:
         if self._graph is None:
             raise RuntimeError("backward without a forward that kept its graph")
         extra = len(self._graph) - len(grad)  # pad_rows' rows: no loss on them
         grad = torch.cat([grad, grad.new_zeros(extra, *grad.shape[1:])]) if extra else grad
-        with self.autograd_context():  # type: ignore[attr-defined]
+        with self.engine.update.context():
             self._graph.backward(grad.to(self._graph.device), retain_graph=keep)
         if not keep:
             self._graph = None

@@ -23,14 +23,13 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
 
-from trainer.engines.config import OptimConfig
 
-
-def full_fqn_state(mirror: nn.Module, state: dict, optim: OptimConfig) -> tuple[dict, dict]:
+def full_fqn_state(mirror: nn.Module, state: dict) -> tuple[dict, dict]:
     """A single-process state dict ({"model", "optimizer"} as torch saves them) as full
-    FQN-keyed model and optimiser state, through a scratch AdamW on the unsharded copy."""
+    FQN-keyed model and optimiser state, through a scratch AdamW on the unsharded copy
+    (its hyperparameters are the saved ones: loading the state replaces them)."""
     mirror.load_state_dict(state["model"])
-    scratch = torch.optim.AdamW(mirror.parameters(), lr=optim.lr)
+    scratch = torch.optim.AdamW(mirror.parameters())
     scratch.load_state_dict(state["optimizer"])
     options = StateDictOptions(full_state_dict=True)
     return (

@@ -1,11 +1,12 @@
 """The Megatron engine on the ranks of a torchrun job: expert parallel and data parallel
 with Megatron's own parallel state (`engine.megatron`'s sizes, in the job's world).
 
-Each rank holds `MegatronShard`: the GPTModel with its num_experts / ep experts of every
-MoE layer (tokens reach the other ranks' experts through Megatron's allgather token
-dispatcher, forward and backward) and everything else replicated. Rank 0 holds
-`MegatronRankZero`, the engine the loop sees (distributed/rank_zero.py: commands, rows scattered to
-the ranks, whole [B, S] log π gathered, the loss on rank 0, ∂loss/∂log π sent back).
+Each rank holds `MegatronShard`: the training engine (local.py) of a `MegatronPolicy`
+whose GPTModel holds its num_experts / ep experts of every MoE layer (tokens reach the
+other ranks' experts through Megatron's allgather token dispatcher, forward and
+backward) and everything else replicated. Rank 0 holds `MegatronRankZero`, the engine
+the loop sees (distributed/rank_zero.py: commands, rows scattered to the ranks, whole
+[B, S] log π gathered, the loss on rank 0, ∂loss/∂log π sent back).
 
 The update equals the single-process engine's on the same batch: each rank's backward
 gives its rows' share of ∇θ; the dense (non-expert) gradients are summed over Megatron's
@@ -28,17 +29,23 @@ import torch.distributed as dist
 
 from trainer import distributed as ranks
 from trainer.engines.config import EngineConfig, OptimConfig
-from trainer.engines.distributed.rank_zero import RankZeroEngine, ShardSteps, usage_on_rank_0
+from trainer.engines.distributed.rank_zero import RankZeroEngine, Shard, usage_on_rank_0
+from trainer.engines.local import LocalTrainingEngine
 from trainer.engines.megatron import convert
 from trainer.engines.megatron import state as megatron_state
-from trainer.engines.megatron.training import MegatronTrainingEngine, check_megatron_checkpoint
+from trainer.engines.megatron.training import MegatronPolicy, check_megatron_checkpoint
 
 
-class MegatronShard(ShardSteps, MegatronTrainingEngine):
+class MegatronShard(Shard):
     """One rank's part of the Megatron policy; every method runs on all ranks together."""
 
     def __init__(self, checkpoint_dir: str | Path, config: EngineConfig, optim: OptimConfig):
-        super().__init__(checkpoint_dir, config, optim)
+        policy = MegatronPolicy(checkpoint_dir, config)
+        self.engine = LocalTrainingEngine(policy, optim)
+        self.engine.update.clip = self.clip_gradients  # the norm over all ranks
+        self.module, self.global_names = policy.module, policy.global_names
+        self.hf_config, self.ep_size = policy.hf_config, policy.ep_size
+        self.optimizer = self.engine.optimizer
         from megatron.core import parallel_state as ps
 
         self._expert = [megatron_state.is_expert(n) for n, _ in self.module.named_parameters()]
@@ -110,9 +117,10 @@ class MegatronShard(ShardSteps, MegatronTrainingEngine):
             [sum(w * float(p.grad.double().square().sum()) for p, w in pairs)]
         )
         norm = math.sqrt(squares) if squares >= 0 else math.nan
-        if pairs and self.optim.grad_clip > 0:
+        grad_clip = self.engine.optim.grad_clip
+        if pairs and grad_clip > 0:
             grads = [p for p, _ in pairs]
-            torch.nn.utils.clip_grads_with_norm_(grads, self.optim.grad_clip, torch.tensor(norm))
+            torch.nn.utils.clip_grads_with_norm_(grads, grad_clip, torch.tensor(norm))
         return norm
 
     # ------------------------------------------------------------------ the whole model
@@ -139,7 +147,7 @@ class MegatronShard(ShardSteps, MegatronTrainingEngine):
         parts = ranks.gather_to_rank_0(part)
         if parts is None:
             return None
-        return {**megatron_state.merge(parts), "lr_scale": self.lr_scale}
+        return {**megatron_state.merge(parts), "lr_scale": self.engine.lr_scale}
 
     def load_state(self, data: dict | None = None) -> None:
         """Load a whole checkpoint that rank 0 holds (of any world size): each rank gets
@@ -155,7 +163,7 @@ class MegatronShard(ShardSteps, MegatronTrainingEngine):
         weights, optim, scale = box[0]
         convert.load_into(self.module, weights)
         self.optimizer.load_state_dict(optim)
-        self.set_lr_scale(scale)
+        self.engine.set_lr_scale(scale)
         self._graph = None
 
     def usage(self) -> list[dict[str, float]] | None:

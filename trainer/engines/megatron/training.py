@@ -1,18 +1,18 @@
 """The Megatron training engine (`engine.training: megatron`): π_θ as a megatron-core
 `GPTModel`, with Routing Replay through megatron-core's own RouterReplay.
 
-It implements the `TrainingEngine` protocol of base.py like the transformers engine, so
-the RL step and the loop do not know which one runs. The checkpoint's Qwen3-MoE weights
-are converted into Megatron's layout at start (megatron/convert.py); `model` is a
-transformers module that receives Megatron's current weights, converted back, whenever
-it is read: what the inference engine syncs from and what π's evaluation samples. R2/R3
-and the routing diagnostics use Megatron's routes (megatron/routing.py). AdamW and
-clipping are plain torch, the transformers engine's update (update.py), so the two compare.
+`MegatronPolicy` is the backend; `MegatronTrainingEngine` is that policy in the one
+training engine of local.py, as the transformers engine is, so the RL step and the loop
+do not know which one runs. The checkpoint's Qwen3-MoE weights are converted into
+Megatron's layout at start (convert.py); `model` is a transformers module that receives
+Megatron's current weights, converted back, whenever it is read: what the inference
+engine syncs from and what π's evaluation samples. R2/R3 use Megatron's routes
+(routing.py). AdamW and clipping are the transformers engine's update (update.py).
 
 One process: every parallel size 1, in a 1-process gloo world of its own (megatron-core
 needs a torch.distributed world; an in-process vLLM keeps the default one). In a torchrun
-job the same class is each rank's part of the model (megatron/parallel.py), with the sizes
-of `engine.megatron`. fp32, arch qwen3_moe; on a CPU-only torch megatron/cpu.py patches first.
+job the same policy is each rank's part of the model (parallel.py), with the sizes of
+`engine.megatron`. fp32, arch qwen3_moe; on a CPU-only torch cpu.py patches first.
 """
 
 from __future__ import annotations
@@ -28,11 +28,10 @@ from core.errors import UserError
 from trainer import distributed
 from trainer.engines.config import EngineConfig, MegatronConfig, OptimConfig
 from trainer.engines.device import resolve_device
+from trainer.engines.local import LocalTrainingEngine
 from trainer.engines.megatron import convert
 from trainer.engines.megatron import state as megatron_state
 from trainer.engines.megatron.routing import routed
-from trainer.engines.scoring import LocalScorer
-from trainer.engines.update import adamw
 from trainer.models import load_policy
 
 INSTALL_HINT = "pip install 'minirl[megatron]'"
@@ -124,19 +123,17 @@ def _require_megatron(device: torch.device) -> None:
         raise UserError(f"engine.training=megatron: {err}") from None
 
 
-class MegatronTrainingEngine(LocalScorer):
-    """`TrainingEngine` on megatron-core, world size 1 (or one rank's part of a torchrun
-    job's model, parallel.py); see the module docstring."""
+class MegatronPolicy:
+    """π_θ as a megatron-core GPTModel, world size 1 (or one rank's part of a torchrun
+    job's model, parallel.py), with a transformers view; see the module docstring."""
 
-    def __init__(
-        self, checkpoint_dir: str | Path, config: EngineConfig, optim: OptimConfig
-    ) -> None:
+    def __init__(self, checkpoint_dir: str | Path, config: EngineConfig) -> None:
         if config.train_dtype != "fp32" or config.autocast != "none":
             raise UserError(
                 "engine.training=megatron: train_dtype=fp32 and autocast=none only "
                 f"(got {config.train_dtype}, {config.autocast})"
             )
-        self.config, self.optim = config, optim
+        self.config = config
         self.device = resolve_device(config.device)
         _require_megatron(self.device)
         hf_model, self.tokenizer = load_policy(checkpoint_dir, "fp32", self.device)
@@ -165,8 +162,6 @@ class MegatronTrainingEngine(LocalScorer):
             for n, t in self.module.state_dict().items()
             if torch.is_tensor(t)  # not Megatron's _extra_state entries
         }
-        self.optimizer = adamw(self.module.parameters(), optim)
-        self.lr_scale = 1.0
 
     # ------------------------------------------------------------------ the HF view
 
@@ -191,35 +186,40 @@ class MegatronTrainingEngine(LocalScorer):
         self, ids: Tensor, attn: Tensor, replay: Tensor | None, record: bool
     ) -> tuple[Tensor, Tensor | None]:
         """The GPTModel's logits through Megatron's RouterReplay (scoring.py does the rest,
-        exactly as for the transformers engine; right padding needs no key mask under the
+        exactly as for the transformers policy; right padding needs no key mask under the
         causal mask: a pad only follows the tokens that are scored)."""
         with megatron_world(), routed(self.module, len(ids), replay, record) as cap:
             logits = megatron_logits(self.module, ids)
         return logits, cap.indices() if record else None
 
-    # ------------------------------------------------------------------ optimiser
-
-    def trained_module(self) -> torch.nn.Module:
-        return self.module
+    # ------------------------------------------------------------------ the update
 
     def autograd_context(self) -> AbstractContextManager[None]:
         return megatron_world()
 
     # ------------------------------------------------------------------ checkpoints
 
-    def state_dict(self) -> dict:
-        """Megatron-layout weights, AdamW state by parameter name and the lr scale
-        (state.py: the layout of every world size; weights_only-loadable)."""
+    def state_dict(self, optimizer: torch.optim.Optimizer) -> dict:
+        """Megatron-layout weights and AdamW state by parameter name (state.py: the
+        layout of every world size; weights_only-loadable)."""
         names = set(self.global_names.values())
-        state = megatron_state.named_state(self.module, self.optimizer, self.global_names, names)
-        return {**state, "lr_scale": self.lr_scale}
+        return megatron_state.named_state(self.module, optimizer, self.global_names, names)
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict, optimizer: torch.optim.Optimizer) -> None:
         check_megatron_checkpoint(state)
         weights, optim = megatron_state.local_state(state, self.module, self.global_names)
         convert.load_into(self.module, weights)
-        self.optimizer.load_state_dict(optim)
-        self.set_lr_scale(float(state["lr_scale"]))
+        optimizer.load_state_dict(optim)
+
+
+class MegatronTrainingEngine(LocalTrainingEngine):
+    """`TrainingEngine` on megatron-core in one process: `MegatronPolicy` and AdamW over
+    its parameters."""
+
+    def __init__(
+        self, checkpoint_dir: str | Path, config: EngineConfig, optim: OptimConfig
+    ) -> None:
+        super().__init__(MegatronPolicy(checkpoint_dir, config), optim)
 
 
 def check_megatron_checkpoint(state: dict) -> None:

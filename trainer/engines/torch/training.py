@@ -1,11 +1,13 @@
-"""The PyTorch training engine: the policy π_θ, its log-probabilities, and AdamW.
+"""The PyTorch training engine: the policy π_θ as a transformers model, and AdamW.
 
-`forward_logprobs` (scoring.py, shared with the Megatron engine) gives, for every sampled
-token, log π(y_t | prefix) aligned like `Rollout.logp`, optionally the full-vocabulary
-entropy at the same prefixes and the routing e^π the MoE layers chose, with Routing
-Replay on demand (R2 passes e^π_old, R3 passes the inference engine's e^μ; MiniRL, arXiv
-2512.01374); this engine supplies the transformers model's logits under that routing.
-`step` applies one optimiser update with gradient clipping (update.py, also shared).
+`TorchPolicy` is the backend: the transformers model's logits under a routing (Routing
+Replay on demand: R2 passes e^π_old, R3 the inference engine's e^μ; MiniRL, arXiv
+2512.01374) and its checkpoint layout. `TorchTrainingEngine` is that policy in the one
+training engine of local.py: `forward_logprobs` gives, for every sampled token,
+log π(y_t | prefix) aligned like `Rollout.logp`, optionally the full-vocabulary entropy at
+the same prefixes and the routing e^π the MoE layers chose (scoring.py, shared with the
+Megatron engine), and `step` applies one optimiser update with gradient clipping
+(update.py, also shared).
 
 It deliberately knows nothing of advantages, mini-batches or losses: the RL step
 (`trainer/step.py`) calls `minirl.policy_loss` and hands the loss to `step`.
@@ -13,7 +15,7 @@ It deliberately knows nothing of advantages, mini-batches or losses: the RL step
 
 from __future__ import annotations
 
-from contextlib import ExitStack
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from pathlib import Path
 
 import torch
@@ -22,26 +24,21 @@ from torch import Tensor
 from trainer import routing
 from trainer.engines.config import EngineConfig, OptimConfig
 from trainer.engines.device import autocast, resolve_device
-from trainer.engines.scoring import LocalScorer
-from trainer.engines.update import adamw
+from trainer.engines.local import LocalTrainingEngine
 from trainer.models import load_policy
 
 
-class TorchTrainingEngine(LocalScorer):
-    """`TrainingEngine` on one process and one device (`engine.device`): π_θ in
-    `train_dtype` (optionally under bf16 autocast), AdamW over all its parameters,
-    gradient clipping."""
+class TorchPolicy:
+    """π_θ as a transformers model on one device (`engine.device`), in `train_dtype`,
+    optionally under bf16 autocast; the module it trains is that model."""
 
-    def __init__(
-        self, checkpoint_dir: str | Path, config: EngineConfig, optim: OptimConfig
-    ) -> None:
-        self.config, self.optim = config, optim
+    def __init__(self, checkpoint_dir: str | Path, config: EngineConfig) -> None:
+        self.config = config
         self.device = resolve_device(config.device)
         self.model, self.tokenizer = load_policy(checkpoint_dir, config.train_dtype, self.device)
         self.model.train()  # no dropout in these models; train mode for completeness
+        self.module = self.model
         self.num_moe_layers = routing.num_moe_layers(self.model)
-        self.optimizer = adamw(self.model.parameters(), optim)
-        self.lr_scale = 1.0
 
     @property
     def is_moe(self) -> bool:
@@ -54,8 +51,6 @@ class TorchTrainingEngine(LocalScorer):
             return 0
         cfg = self.model.config
         return int(getattr(cfg, "num_experts", None) or cfg.num_local_experts)
-
-    # ------------------------------------------------------------------ forward
 
     def logits_and_routes(
         self, ids: Tensor, attn: Tensor, replay: Tensor | None, record: bool
@@ -72,23 +67,24 @@ class TorchTrainingEngine(LocalScorer):
             logits = self.model(input_ids=ids, attention_mask=attn).logits
         return logits, None if rec is None else rec.indices()
 
-    # ------------------------------------------------------------------ optimiser
+    def autograd_context(self) -> AbstractContextManager[None]:
+        return nullcontext()
 
-    def trained_module(self) -> torch.nn.Module:
-        return self.model
+    def state_dict(self, optimizer: torch.optim.Optimizer) -> dict:
+        """Weights and AdamW state: plain tensors, so that it loads with
+        `torch.load(..., weights_only=True)`."""
+        return {"model": self.model.state_dict(), "optimizer": optimizer.state_dict()}
 
-    # ------------------------------------------------------------------ checkpoints
-
-    def state_dict(self) -> dict:
-        """Weights, AdamW state and lr scale: plain tensors and numbers, so that it loads
-        with `torch.load(..., weights_only=True)`."""
-        return {
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "lr_scale": self.lr_scale,
-        }
-
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict, optimizer: torch.optim.Optimizer) -> None:
         self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.set_lr_scale(float(state["lr_scale"]))
+        optimizer.load_state_dict(state["optimizer"])
+
+
+class TorchTrainingEngine(LocalTrainingEngine):
+    """`TrainingEngine` on one process and one device: `TorchPolicy` and AdamW over all
+    its parameters."""
+
+    def __init__(
+        self, checkpoint_dir: str | Path, config: EngineConfig, optim: OptimConfig
+    ) -> None:
+        super().__init__(TorchPolicy(checkpoint_dir, config), optim)
