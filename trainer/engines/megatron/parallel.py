@@ -2,11 +2,9 @@
 with Megatron's own parallel state (`engine.megatron`'s sizes, in the job's world).
 
 Each rank holds `MegatronShard`: the training engine (local.py) of a `MegatronPolicy`
-whose GPTModel holds its num_experts / ep experts of every MoE layer (tokens reach the
-other ranks' experts through Megatron's allgather token dispatcher, forward and
-backward) and everything else replicated. Rank 0 holds `MegatronRankZero`, the engine
-the loop sees (distributed/rank_zero.py: commands, rows scattered to the ranks, whole
-[B, S] log π gathered, the loss on rank 0, ∂loss/∂log π sent back).
+holding its num_experts / ep experts of every MoE layer (Megatron's allgather token
+dispatcher reaches the others), everything else replicated. Rank 0 holds
+`MegatronRankZero`, the engine the loop sees (distributed/rank_zero.py).
 
 The update equals the single-process engine's on the same batch: each rank's backward
 gives its rows' share of ∇θ; the dense (non-expert) gradients are summed over Megatron's
