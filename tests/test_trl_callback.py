@@ -346,3 +346,36 @@ def test_remediation_rollback_equals_a_resume_by_hand(tiny_ckpt, tmp_path, monke
     assert action.status == "applied" and "checkpoint-2" in action.detail
     assert event.detail["to_step"] == 2 and event.detail["step"] == 3
     assert steps == [1, 2, 3, 4, 5, 6]
+
+
+def test_remediation_sets_what_grpo_reads_per_step(tiny_ckpt, tmp_path, monkeypatch):
+    """TRL's IS correction and clipping range are the trainer's own attributes, read at
+    every step: the actions set them there (use_vllm flipped on the real trainer, as if it
+    generated with vLLM; the same run without vLLM refuses, see the lr-cap test)."""
+    monkeypatch.setenv("DISABLE_MLFLOW_INTEGRATION", "TRUE")
+    from monitor.integrations.trl_actions import TrainerActions
+    from monitor.monitor import Monitor
+
+    trainer = _trainer(tiny_ckpt, tmp_path / "out", [], 1)
+    trainer.use_vllm = True
+    with Monitor(tmp_path / "run") as mon:
+        actions = TrainerActions(trainer, mon)
+        mon.request_action("set_is_policy", {"policy": "icepop", "band": [0.5, 5.0]}, "t")
+        mon.request_action("set_clip", {"enabled": True, "eps_low": 0.1, "eps_high": 0.2}, "t")
+        mon.request_action("set_length_norm", {"enabled": False}, "t")
+        assert actions.apply_pending() is None
+        done = {a.kind: a for a in mon.store.all_actions()}
+        actions.close()
+    assert trainer.vllm_importance_sampling_correction is True
+    assert trainer.vllm_importance_sampling_mode == "token_mask"
+    assert (
+        trainer.vllm_importance_sampling_clip_min,
+        trainer.vllm_importance_sampling_clip_max,
+    ) == (0.5, 5.0)
+    assert (trainer.epsilon_low, trainer.epsilon_high) == (0.1, 0.2)
+    assert done["set_is_policy"].status == done["set_clip"].status == "applied"
+    assert (
+        done["set_length_norm"].status == "rejected"
+        and "loss_type" in done["set_length_norm"].detail
+    )
+    assert "get_batch_samples" not in vars(trainer)  # close() unwraps the trainer
