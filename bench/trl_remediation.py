@@ -11,6 +11,9 @@ the ramp with `MinirlCallback(remediation=False)` (off), the ramp with
 Checkpoints every 10 steps, held-out evaluations (TRL's `eval_reward`, stored as eval/acc)
 every 10 steps, and at the end a final held-out measurement with more samples.
 
+A rollback undoes the steps after the checkpoint it restores: the run is labelled on
+the stream its final model lives on (the steps up to that checkpoint, then those after
+the rollback); the undone branch stays in the store as evidence and is left out.
 Verdicts as `minirl bench remediation` gives them (bench/remediation_verdicts.py, the
 collapse rule of the detection benchmark on the stored stream): *rescued* (collapses
 without remediation, not with it, and ends within 5 points of its stable twin) and
@@ -117,7 +120,9 @@ def train_arm(
     trainer.remove_callback(PrinterCallback)  # the logs go to the store, not the console
     trainer.train()
     trainer.eval_dataset = rows(heldout[: a.final_prompts])
-    return float(trainer.evaluate()["eval_reward"])
+    final = float(trainer.evaluate()["eval_reward"])
+    (out / "final.json").write_text(json.dumps({"final_acc": final}) + "\n")
+    return final
 
 
 def read_arm(out: Path, name: str, final: float) -> Arm:
@@ -130,7 +135,14 @@ def read_arm(out: Path, name: str, final: float) -> Arm:
     for metric, (s, v) in series.items():
         for step, value in zip(s.tolist(), v.tolist(), strict=True):
             stream.setdefault(step, {})[metric] = value
-    run = corpus.label_run(corpus.Run(name, "trl", "report", sorted(stream.items()), None))
+    with RunReader(out / "run") as reader:
+        undone = [(e.detail["to_step"], e.detail["step"]) for e in reader.events("rollback")]
+    kept = [
+        (step, row)
+        for step, row in sorted(stream.items())
+        if not any(to < step <= at for to, at in undone)
+    ]
+    run = corpus.label_run(corpus.Run(name, "trl", "report", kept, None))
     evals = series["eval/acc"][1].tolist() if "eval/acc" in series else []
     applied = [a.resolved_step for a in actions if a.status == "applied"]
     return Arm(
@@ -223,6 +235,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-prompts", type=int, default=64)
     p.add_argument("--final-prompts", type=int, default=200)
     p.add_argument("--runs", default="runs/trl-remediation")
+    p.add_argument("--no-train", action="store_true", help="only judge the runs that exist")
     p.add_argument("--out", default=str(RESULTS / "trl_remediation.md"))
     return p
 
@@ -232,13 +245,16 @@ def main(argv: list[str]) -> int:
     if a.steps < 20 or not 0 < a.ramp <= 1:
         raise UserError("--steps must be ≥ 20 and --ramp in (0, 1]")
     os.environ.setdefault("DISABLE_MLFLOW_INTEGRATION", "TRUE")
-    start, task = start_checkpoint()
+    start, task = (None, None) if a.no_train else start_checkpoint()
     pairs = []
     for seed in a.seeds:
         finals, arms = {}, {}
         for arm in ARMS:
             out = Path(a.runs) / f"seed{seed}" / arm
-            finals[arm] = train_arm(start, task, seed, arm, out, a)
+            if a.no_train:
+                finals[arm] = json.loads((out / "final.json").read_text())["final_acc"]
+            else:
+                finals[arm] = train_arm(start, task, seed, arm, out, a)
             arms[arm] = read_arm(out, f"{arm}/seed{seed}", finals[arm])
             print(
                 f"seed {seed} {arm}: final {finals[arm]:.3f} collapsed {arms[arm].collapsed}",
@@ -246,7 +262,7 @@ def main(argv: list[str]) -> int:
                 flush=True,
             )
         pairs.append(judge(Pair("lr_ramp", seed, False, arms["off"], arms["on"], finals["twin"])))
-    settings = {k: v for k, v in vars(a).items() if k not in ("out", "runs")}
+    settings = {k: v for k, v in vars(a).items() if k not in ("out", "runs", "no_train")}
     command = "minirl bench trl-remediation " + shlex.join(argv)
     md, data = report(pairs, command.strip(), settings)
     out = Path(a.out)
