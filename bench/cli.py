@@ -24,6 +24,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "bench.remediation.pool",
         "remediation tables pooled, beside the bound no policy beats",
     ),
+    "trl-remediation": (
+        "bench.trl_remediation",
+        "a real TRL GRPOTrainer, callback remediation off and on, in pairs",
+    ),
     "speed": ("bench.speed.cli", "diagnostics overhead, TRL comparison, engines, store"),
     "vllm": ("bench.vllm", "vLLM vs PyTorch engine: rollout speed and mismatch"),
     "store": ("bench.store", "run store write throughput and 100k-step load time"),

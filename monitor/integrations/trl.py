@@ -11,20 +11,30 @@ optional webhook and Prometheus exporter (`Monitor` keyword arguments). Only the
 process logs. A run resumed from a checkpoint (`resume_from_checkpoint`) continues its
 store, dropping the steps after the checkpoint, which are about to be logged again.
 
+With `remediation=True` the monitor's remediation policy turns alerts into actions, and
+the callback applies them, and those requested from the dashboard or `Monitor.
+request_action`, at the step boundary (trl_actions.py: lr cap and scale, TRL's IS
+correction, clipping range, rollback to the last healthy checkpoint, stop); what TRL
+cannot change mid-run is refused with the reason. It needs the trainer: given as
+`trainer=`, through `attach(trainer)`, or else found as the Trainer that calls
+`on_train_begin`. Single-process runs only. The default is observe-only: the callback
+never changes or stops training, and a failure to log is a warning.
+
 Importing this module imports nothing heavy; `MinirlCallback` is built on first access,
-importing transformers then. The callback never stops training: a failure to log is a
-warning.
+importing transformers then.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import sys
 from typing import Any
 
 from core.errors import UserError
 from monitor.importers.names import rename
 from monitor.integrations import log, numeric_logs, warn_alerts
+from monitor.integrations.trl_actions import TrainerActions, controls_of, healthy_checkpoint
 from monitor.store.schema import store_path
 
 
@@ -36,6 +46,18 @@ def _args_config(args: Any) -> dict[str, Any]:
     return {"trainer": type(args).__name__, **config}
 
 
+def _calling_trainer(callback: Any) -> Any:
+    """The Trainer up the call stack whose callbacks include `callback`, or None."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        owner = frame.f_locals.get("self")
+        handler = getattr(owner, "callback_handler", None)
+        if handler is not None and callback in getattr(handler, "callbacks", ()):
+            return owner
+        frame = frame.f_back
+    return None
+
+
 @functools.cache
 def _callback_class() -> type:
     try:
@@ -44,19 +66,28 @@ def _callback_class() -> type:
         raise UserError(f"MinirlCallback needs transformers (pip install trl): {err}") from None
 
     class MinirlCallback(TrainerCallback):
-        """Feeds the trainer's logs to a Monitor of `run_dir` (see the module docstring);
-        `monitor_kw` go to `Monitor` (notifier, prometheus_port, monitor_config...)."""
+        """Feeds the trainer's logs to a Monitor of `run_dir` and, with `remediation`,
+        applies its actions (see the module docstring); `monitor_kw` go to `Monitor`
+        (notifier, prometheus_port, monitor_config...)."""
 
         def __init__(
             self,
             run_dir: str | os.PathLike[str],
             keep_names: bool = False,
+            remediation: bool = False,
+            trainer: Any = None,
             **monitor_kw: Any,
         ) -> None:
             self.run_dir, self.keep_names, self.monitor_kw = run_dir, keep_names, monitor_kw
+            self.remediation, self.trainer = remediation, trainer
             self.mon: Any = None
+            self.actions: TrainerActions | None = None
             self.step = 0
             self.renamed: dict[str, str] = {}
+
+        def attach(self, trainer: Any) -> None:
+            """The trainer whose run remediation acts on."""
+            self.trainer = trainer
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             if not state.is_world_process_zero or self.mon is not None:
@@ -64,21 +95,59 @@ def _callback_class() -> type:
             from monitor.monitor import Monitor
 
             self.step = int(state.global_step)
+            trainer = None
+            if self.remediation:
+                trainer = self.trainer or _calling_trainer(self)
+                if trainer is None:
+                    raise UserError(
+                        "MinirlCallback(remediation=True) needs the trainer: pass trainer= "
+                        "or call attach(trainer)"
+                    )
+                if getattr(args, "world_size", 1) > 1:
+                    raise UserError("MinirlCallback remediation acts on single-process runs only")
             existing = store_path(self.run_dir).is_file()
             if existing and self.step == 0:
                 raise UserError(
                     f"{self.run_dir} already holds a run; give the callback a new run dir "
                     "(a run resumed from a checkpoint continues its own)"
                 )
-            self.mon = Monitor(
-                self.run_dir, config=_args_config(args), resume=existing, **self.monitor_kw
-            )
+            kw_mon = dict(self.monitor_kw)
+            if self.remediation:
+                kw_mon.update(remediation=True, controls=controls_of(args, trainer))
+            self.mon = Monitor(self.run_dir, config=_args_config(args), resume=existing, **kw_mon)
             last = self.mon.last_step()
             if last is not None and last > self.step:
                 self.mon.truncate_after(self.step)
+            if self.remediation:
+                self.actions = TrainerActions(trainer, self.mon)
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             self.step = max(self.step, int(state.global_step))
+            self._stop_if_asked(args, control)
+
+        def _stop_if_asked(self, args: Any, control: Any) -> None:
+            """A pending stop ends training after this step, naming the last healthy
+            checkpoint (the checkpoints saved so far, judged by healthy.py)."""
+            if self.actions is None:
+                return
+            for action in self.mon.pending_actions():
+                if action.kind != "stop":
+                    continue
+                control.should_training_stop = True
+                found = healthy_checkpoint(self.mon, args.output_dir)
+                where = (
+                    f"last healthy checkpoint {found[0]} ({found[1].reason})"
+                    if found
+                    else f"no healthy checkpoint in {args.output_dir}"
+                )
+                self.mon.resolve(
+                    action.id, "applied", f"training stops at step {self.step}; {where}"
+                )
+                self.mon.event(
+                    "stop",
+                    {"step": self.step, "checkpoint": str(found[0]) if found else None},
+                )
+                log.warning("minirl: stopping at step %d; %s", self.step, where)
 
         def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
             if self.mon is None or not logs:
@@ -91,8 +160,12 @@ def _callback_class() -> type:
                 warn_alerts(self.mon.log(step, row))
             except Exception as err:  # monitoring must not stop training
                 log.warning("minirl monitor could not log step %d: %r", step, err)
+            self._stop_if_asked(args, control)
 
         def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            if self.actions is not None:
+                self.actions.close()
+                self.actions = None
             if self.mon is not None:
                 self.mon.close()
                 self.mon = None
