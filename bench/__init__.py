@@ -12,3 +12,5 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 """The source checkout: configs/, bench/results/ and the lab's default run folders."""
 RESULTS = REPO / "bench" / "results"
+IMAGES = REPO / "docs" / "images"
+"""Screenshots: documentation pictures, beside the pages that show them."""

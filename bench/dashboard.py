@@ -10,10 +10,10 @@
    re-render with warm caches, and a refresh after one more step.
 3. Headless Chromium on the served app (`start_dashboard`): time until the Live page of
    the long run shows its last step, and until every chart is drawn; screenshot
-   bench/results/dashboard_100k.png.
+   docs/images/dashboard_100k.png.
 4. A live run written through `Monitor.log` (real detectors) that breaks down midway,
    watched in the browser: how long a new step takes to appear, and a screenshot
-   bench/results/dashboard_live.png.
+   docs/images/dashboard_live.png.
 Results go to bench/results/dashboard.md. Not part of the test suite (minutes).
 """
 
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench import REPO, RESULTS
+from bench import IMAGES, REPO, RESULTS
 from bench.browser import chromium_available, chromium_page, page_text, wait_until
 from bench.synthetic_run import NAMES, build_long, live_writer
 from core.errors import UserError
@@ -111,7 +111,7 @@ def bench_browser_long(
             drawn = wait_until(page, CHARTS_READY, 300, arg=n_charts)
             rows.append((f"browser: all {drawn} charts drawn", time.perf_counter() - t0))
             time.sleep(1.0)
-            page.screenshot(path=RESULTS / "dashboard_100k.png")
+            page.screenshot(path=IMAGES / "dashboard_100k.png")
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -148,7 +148,7 @@ def bench_browser_live(tmp: Path, query: str = "", label: str = "") -> list[tupl
             if not query:
                 wait_until(page, CHARTS_READY, 120, arg=20)
                 time.sleep(1.0)
-                page.screenshot(path=RESULTS / "dashboard_live.png")
+                page.screenshot(path=IMAGES / "dashboard_live.png")
     finally:
         stop.set()
         thread.join(timeout=30)
@@ -208,8 +208,8 @@ def main(argv: list[str]) -> int:
         "busy, which delays the status line too; with fewer sections (`?sections=...` or "
         "the Sections pills) it keeps up. The server's share is the AppTest re-render.",
         "",
-        "Screenshots: `dashboard_100k.png` (the long run), `dashboard_live.png` (a run being "
-        "written, breaking down at step 60, an operator action applied at step 78).",
+        "Screenshots (docs/images/): `dashboard_100k.png` (the long run), "
+        "`dashboard_live.png` (a run being written, breaking down at step 60, an operator action applied at step 78).",
     ]
     out = RESULTS / "dashboard.md"
     out.write_text("\n".join(lines) + "\n")
