@@ -209,7 +209,8 @@ def main(argv: list[str]) -> int:
         "the Sections pills) it keeps up. The server's share is the AppTest re-render.",
         "",
         "Screenshots (docs/images/): `dashboard_100k.png` (the long run), "
-        "`dashboard_live.png` (a run being written, breaking down at step 60, an operator action applied at step 78).",
+        "`dashboard_live.png` (a run being written, breaking down at step 60, an operator "
+        "action applied at step 78).",
     ]
     out = RESULTS / "dashboard.md"
     out.write_text("\n".join(lines) + "\n")
