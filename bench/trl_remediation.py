@@ -2,26 +2,17 @@
 
     minirl bench trl-remediation [--seeds 1 2 3] [--steps 90] [--runs runs/trl-remediation]
 
-A real `trl.GRPOTrainer` (CPU, no vLLM) trains the cold-started tiny dense Qwen3 (the
-project's SFT'd starting checkpoint, `trainer.coldstart`) on the generated addition task,
-its reward the task's verifier. Collapse is induced by the learning rate: warmed up
-linearly to `--peak-lr` over `--ramp` of the steps, then held. Per seed, three runs:
-the ramp with `MinirlCallback(remediation=False)` (off), the ramp with
-`remediation=True` (on), and the stable twin (no ramp: the base lr, remediation on).
-Checkpoints every 10 steps, held-out evaluations (TRL's `eval_reward`, stored as eval/acc)
-every 10 steps, and at the end a final held-out measurement with more samples.
-
-A rollback undoes the steps after the checkpoint it restores: the run is labelled on
-the stream its final model lives on (the steps up to that checkpoint, then those after
-the rollback); the undone branch stays in the store as evidence and is left out.
-Verdicts as `minirl bench remediation` gives them (bench/remediation/verdicts.py, the
-collapse rule of the detection benchmark on the stored stream): *rescued* (collapses
-without remediation, not with it, and ends within 5 points of its stable twin) and
-*worse* (remediation's final accuracy more than 5 points below the run without it, or a
-collapse only with it), the latter beside chance: the share of do-nothing forks of
-`minirl bench remediation-noise` that ended more than 5 points lower
-(bench/results/remediation_noise.json). Writes bench/results/trl_remediation.md and .json.
+A real `trl.GRPOTrainer` (CPU, no vLLM) trains the cold-started tiny dense Qwen3 on the
+generated addition task. Collapse is induced by the lr, warmed up linearly to `--peak-lr`
+over `--ramp` of the steps. Per seed: the ramp with `remediation=False` (off), with
+`remediation=True` (on), and the stable twin (the base lr). Checkpoints and held-out
+evaluations every 10 steps, a final measurement with more samples at the end.
+A run is labelled on the stream its final model lives on (a rollback's undone branch is
+left out). Verdicts as `minirl bench remediation` gives them (bench/remediation/
+verdicts.py): *rescued* and *worse*, the latter beside the do-nothing forks' share
+(bench/results/remediation_noise.json). Writes bench/results/trl_remediation.md/.json.
 """
+
 
 from __future__ import annotations
 

@@ -30,8 +30,9 @@ from core.errors import UserError
 from monitor.config import MonitorConfig
 from monitor.detectors import DetectorSet
 from monitor.detectors.rules import SETTINGS
+from monitor.remediation import run_health
 from monitor.remediation.actions import apply_to_controls
-from monitor.remediation.healthy import Verdict, judge, last_healthy
+from monitor.remediation.healthy import Intervals, Scores, Verdict, judge, last_healthy
 from monitor.remediation.policy import RemediationPolicy
 from monitor.store.histograms import bin_values, spec_for
 from monitor.store.reader import RunReader
@@ -41,7 +42,6 @@ from monitor.store.schema import MAX_STEP, name_problem
 
 log = logging.getLogger("minirl.monitor")
 
-SCORE_METRICS = ("eval/acc", "reward/mean")
 """What a checkpoint's health is measured on: held-out accuracy, else training reward."""
 
 
@@ -183,7 +183,10 @@ class Monitor:
     def _remediate(self, step: int, alerts: list[Alert], now: float) -> None:
         history = self.store.all_actions()
         open_alerts = self.store.open_alerts()
-        drafts = self.policy.decide(step, alerts, self.controls, history, open_alerts)
+        controls = self.controls
+        if any(a.severity == "critical" for a in alerts):  # a breakdown may lower the lr
+            controls = {**controls, "lr_healthy": self.healthy_lr()}
+        drafts = self.policy.decide(step, alerts, controls, history, open_alerts)
         for draft in drafts:
             self.store.insert_action(
                 draft.kind, draft.params, draft.reason, "policy", draft.alert_id, now
@@ -294,23 +297,20 @@ class Monitor:
         self._check_open()
         return judge(list(candidates), self.scores(), self.precursors())
 
-    def scores(self) -> list[tuple[int, float]]:
-        """(step, held-out accuracy) of every evaluation; the training reward per step for
-        a run that logs no evaluation."""
+    def scores(self) -> Scores:
+        """(step, held-out accuracy) of every evaluation, else the training reward."""
         with RunReader(self.run_dir) as reader:
-            for name in SCORE_METRICS:
-                steps, values = reader.scalars(name)[name]
-                if len(steps):
-                    return [(int(s), float(v)) for s, v in zip(steps, values, strict=True)]
-        return []
+            return run_health.scores(reader)
 
-    def precursors(self) -> list[tuple[int, int | None]]:
-        """(opened, cleared or None) of every warning/critical alert stored, opened less
-        the onset margin for a symptom (as `episode_start`)."""
-        margin = self.cfg.remediation.onset_margin
+    def precursors(self) -> Intervals:
+        """(opened, cleared or None) of every warning/critical alert (as `episode_start`)."""
         with RunReader(self.run_dir) as reader:
-            alerts = reader.alerts(min_severity="warning")
-        return [(a.step - (0 if a.metric in SETTINGS else margin), a.cleared_step) for a in alerts]
+            return run_health.precursors(reader, self.cfg.remediation.onset_margin)
+
+    def healthy_lr(self) -> float | None:
+        """The lr logged at the run's last measurably healthy evaluation."""
+        with RunReader(self.run_dir) as reader:
+            return run_health.healthy_lr(reader, self.cfg.remediation.onset_margin)
 
     def episode_start(self) -> int | None:
         """Where the episode of the open warning/critical alerts began (None: no episode):

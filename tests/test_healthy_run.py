@@ -100,3 +100,16 @@ def test_analyze_tells_the_recovery_verdict_and_a_fork_experiment(tmp_path):
     assert "recovery: NOT recovered at step 50" in text and "pre-episode best 0.26" in text
     assert "fork experiment from the checkpoint of step 20: 2 remedies × 4 steps" in text
     assert "chose lr halved; cost 8 extra steps" in text
+
+
+def test_the_healthy_lr_is_the_lr_logged_at_the_last_healthy_evaluation(tmp_path):
+    """An lr ramped from the start: the run was healthy at 20 (lr 2e-4), fell after; a
+    lowered lr is measured from there, not from the ramp's peak."""
+    mon = Monitor(tmp_path / "r", controls=CONTROLS)
+    for step in range(51):
+        values = {"reward/mean": 0.3, "optim/lr": 1e-5 * step}
+        if step in EVALS:
+            values["eval/acc"] = EVALS[step]
+        mon.log(step, values)
+    assert mon.healthy_lr() == 1e-5 * 20
+    mon.close()

@@ -226,6 +226,12 @@ def test_an_optimisation_breakdown_caps_the_lr_at_half_its_pre_episode_value():
     assert kinds == [("rollback", {}), ("set_lr_cap", {"lr": 1e-4})]  # 0.5 × the baseline 2e-4
     kinds, _ = decide([cause], with_(lr=1e-3, lr_cap=4e-4))  # a cap already: lowered from it
     assert kinds == [("rollback", {}), ("set_lr_cap", {"lr": 2e-4})]
+    # a schedule that ramped the lr from the start (no rising alert): half the lr the run
+    # was last measurably healthy at, when that is lower than the current one
+    kinds, _ = decide([cause], with_(lr=1e-3, lr_healthy=3e-4))
+    assert kinds == [("rollback", {}), ("set_lr_cap", {"lr": 1.5e-4})]
+    kinds, _ = decide([cause], with_(lr=1e-3, lr_healthy=2e-3))  # never above the current
+    assert kinds == [("rollback", {}), ("set_lr_cap", {"lr": 5e-4})]
 
 
 def test_a_staleness_breakdown_after_more_mini_batches_caps_them_where_they_were():

@@ -3,26 +3,17 @@
     from monitor.integrations.trl import MinirlCallback
     trainer = GRPOTrainer(..., callbacks=[MinirlCallback("runs/grpo-1")])
 
-`on_log` receives what the trainer logs (TRL's reward, KL, entropy, clip ratios, and the
-importance-sampling / logprob-difference metrics it logs when generating with vLLM) at
-`state.global_step`, which `on_step_end` keeps current; names are mapped onto ours
-(importers/names.py) and stored through `Monitor`: store, detectors, alerts, and the
-optional webhook and Prometheus exporter (`Monitor` keyword arguments). Only the main
-process logs. A run resumed from a checkpoint (`resume_from_checkpoint`) continues its
-store, dropping the steps after the checkpoint, which are about to be logged again.
-
-With `remediation=True` the monitor's remediation policy turns alerts into actions, and
-the callback applies them, and those requested from the dashboard or `Monitor.
-request_action`, at the step boundary (trl_actions.py: lr cap and scale, TRL's IS
-correction, clipping range, rollback to the last healthy checkpoint, stop); what TRL
-cannot change mid-run is refused with the reason. It needs the trainer: given as
-`trainer=`, through `attach(trainer)`, or else found as the Trainer that calls
-`on_train_begin`. Single-process runs only. The default is observe-only: the callback
-never changes or stops training, and a failure to log is a warning.
-
-Importing this module imports nothing heavy; `MinirlCallback` is built on first access,
-importing transformers then.
+`on_log` receives what the trainer logs at `state.global_step`; names are mapped onto
+ours (importers/names.py) and stored through `Monitor` (store, detectors, alerts, the
+optional webhook and Prometheus exporter). Only the main process logs; a run resumed
+from a checkpoint continues its store. With `remediation=True` the callback applies the
+monitor's actions (and those requested from the dashboard) at the step boundary
+(trl_actions.py); it needs the trainer (`trainer=`, `attach(trainer)`, or the Trainer
+that calls `on_train_begin`), single-process runs only. The default is observe-only: it
+never changes or stops training, and a failure to log is a warning. Importing this module
+imports nothing heavy; `MinirlCallback` is built on first access.
 """
+
 
 from __future__ import annotations
 

@@ -1,32 +1,20 @@
 """The monitor's remediation actions applied to a running Hugging Face / TRL `Trainer`.
 
-`MinirlCallback(run_dir, remediation=True)` (trl.py) hands every pending action here at a
-step boundary: after the step's log, evaluation and checkpoint, before the next step draws
-its batch (the callback wraps the trainer's `get_batch_samples`, the first thing a step
-does). What a callback may change there:
-
-- the learning rate (`set_lr_cap`, `scale_lr`): the Trainer's scheduler rewrites the
-  param groups' lr every step, so the cap and the scale go into the schedule itself (each
-  `LambdaLR` factor is wrapped; any other scheduler is capped after each of its steps)
-  and hold for the rest of the run, the logged `learning_rate` included;
-- TRL's importance-sampling correction of vLLM rollouts (`set_is_correction`,
-  `set_is_policy`): GRPOTrainer reads `vllm_importance_sampling_correction`, its mode
-  and its bounds from its own attributes at every generation, so they are set there;
-- the clipping range (`set_clip` with ε): read per step as `epsilon_low/high`;
-- `rollback`: the requested or last healthy `checkpoint-N` the Trainer saved is restored
-  with the Trainer's own loaders (weights, optimizer, scheduler, scaler, RNG), and the
-  data goes back to that checkpoint's position as `train(resume_from_checkpoint=...)`
-  would put it; the step counter keeps going forward (the collapsed branch stays in the
-  store as evidence), so the run ends at `max_steps` all the same;
-- `stop` (applied from the callback's `on_step_end`/`on_log`): the Trainer stops after
-  the step; the last healthy checkpoint is named in the action's outcome and the event.
-
-Anything else is refused with the reason (a setting TRL reads once at start-up). Each
-action is resolved in the store, so the Alerts page and `minirl analyze` show it.
-"Healthy" is `monitor.remediation.healthy.last_healthy`: the held-out score (TRL's
-`eval_reward`, stored as eval/acc) or else the reward mean, and the warning/critical
-alerts as precursors. Imports nothing heavy at module level.
+Applied at a step boundary: after the step's log, evaluation and checkpoint, before the
+next step draws its batch (the callback wraps the trainer's `get_batch_samples`):
+- `set_lr_cap`, `scale_lr`: into the scheduler's own schedule (each `LambdaLR` factor
+  wrapped; any other scheduler capped after each step), so they hold for the rest of run;
+- `set_is_correction`, `set_is_policy`: GRPOTrainer's vLLM IS correction attributes,
+  read at every generation; `set_clip` with ε: `epsilon_low/high`, read per step;
+- `rollback`: the requested or last healthy `checkpoint-N`, restored with the Trainer's
+  own loaders (weights, optimizer, scheduler, scaler, RNG) and the data position, as
+  `train(resume_from_checkpoint=...)` would; the step counter keeps going forward;
+- `stop`: the Trainer stops after the step, the last healthy checkpoint named.
+Anything else is refused with the reason (a setting TRL reads once at start-up). Every
+action is resolved in the store. "Healthy" is `healthy.last_healthy` on the held-out
+score (or the reward mean) with the warning/critical alerts as precursors.
 """
+
 
 from __future__ import annotations
 

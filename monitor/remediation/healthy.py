@@ -26,6 +26,12 @@ NOISE_WIDTH = 2.0
 """How many robust standard deviations of one evaluation count as 'within noise'."""
 
 
+Scores = Sequence[tuple[int, float]]
+"""(step, held-out score) of each evaluation, higher is better."""
+Intervals = Sequence[tuple[int, int | None]]
+"""(opened, cleared or None) of each warning or critical alert."""
+
+
 @dataclass(frozen=True)
 class Verdict:
     """Why a checkpoint is (or is not) healthy."""

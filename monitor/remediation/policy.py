@@ -198,9 +198,11 @@ class RemediationPolicy:
         alert, this one or an open one, else the current lr; a cap already set is
         lowered from)."""
         c = self.cfg
-        lr = pre_episode(alert, context, "optim/lr")
+        lr, was = pre_episode(alert, context, "optim/lr"), "its pre-episode"
         if lr is None:
-            lr = controls.get("lr")
+            lr, healthy = controls.get("lr"), controls.get("lr_healthy")
+            if healthy is not None and (lr is None or float(healthy) < float(lr)):
+                lr, was = healthy, "the lr of its last healthy evaluation,"
         if controls.get("lr_cap") is not None:
             lr = min(float(lr), float(controls["lr_cap"])) if lr is not None else None
         if lr is None:
@@ -215,7 +217,7 @@ class RemediationPolicy:
             "set_lr_cap",
             {"lr": cap},
             f"{why} → cap the learning rate at {cap:.3g} for the rest of the run "
-            f"({c.lr_factor:g}× its pre-episode {float(lr):.3g})",
+            f"({c.lr_factor:g}× {was} {float(lr):.3g})",
             alert,
         )
 

@@ -1,0 +1,49 @@
+"""What a stored run says about its health: the scores healthy.py judges, the intervals
+its precursors were open, and the learning rate it was last measurably healthy at.
+
+Reads the store (a `RunReader`); the judgement itself is healthy.py's pure functions.
+"""
+
+from __future__ import annotations
+
+import math
+
+from monitor.detectors.rules import SETTINGS
+from monitor.remediation.healthy import Intervals, Scores, judge
+from monitor.store.reader import RunReader
+
+SCORE_METRICS = ("eval/acc", "reward/mean")
+"""The held-out accuracy, else (a run that logs no evaluation) the training reward."""
+
+
+def scores(reader: RunReader) -> Scores:
+    """(step, score) of every evaluation of the first of SCORE_METRICS the run logs."""
+    for name in SCORE_METRICS:
+        steps, values = reader.scalars(name)[name]
+        if len(steps):
+            return [(int(s), float(v)) for s, v in zip(steps, values, strict=True)]
+    return []
+
+
+def precursors(reader: RunReader, onset_margin: int) -> Intervals:
+    """(opened, cleared or None) of every warning/critical alert, opened `onset_margin`
+    steps early for a symptom (its signal moved before its alert opened); a setting that
+    moved is exact."""
+    return [
+        (a.step - (0 if a.metric in SETTINGS else onset_margin), a.cleared_step)
+        for a in reader.alerts(min_severity="warning")
+    ]
+
+
+def healthy_lr(reader: RunReader, onset_margin: int) -> float | None:
+    """The learning rate logged at the run's last healthy evaluation: what a lowered lr is
+    measured from when no alert says what it was before it rose (a schedule that ramped it
+    from the start past what the run could take)."""
+    run_scores = scores(reader)
+    verdicts = judge([s for s, _ in run_scores], run_scores, precursors(reader, onset_margin))
+    healthy = [v.step for v in verdicts if v.healthy]
+    if not healthy:
+        return None
+    steps, values = reader.scalars("optim/lr")["optim/lr"]
+    logged = [float(v) for s, v in zip(steps, values, strict=True) if s <= healthy[-1]]
+    return logged[-1] if logged and math.isfinite(logged[-1]) else None
