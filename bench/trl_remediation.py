@@ -237,12 +237,13 @@ def main(argv: list[str]) -> int:
         raise UserError("--steps must be ≥ 20 and --ramp in (0, 1]")
     os.environ.setdefault("DISABLE_MLFLOW_INTEGRATION", "TRUE")
     start, task = (None, None) if a.no_train else start_checkpoint()
+    # (a finished arm, with its final.json, is read rather than trained again)
     pairs = []
     for seed in a.seeds:
         finals, arms = {}, {}
         for arm in ARMS:
             out = Path(a.runs) / f"seed{seed}" / arm
-            if a.no_train:
+            if a.no_train or (out / "final.json").is_file():  # a finished arm is reused
                 finals[arm] = json.loads((out / "final.json").read_text())["final_acc"]
             else:
                 finals[arm] = train_arm(start, task, seed, arm, out, a)

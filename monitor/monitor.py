@@ -6,9 +6,8 @@ turn alerts into pending actions; then it hands the step to the optional Prometh
 exporter and webhook notifier. It does not train, apply actions (the trainer does, at a
 step boundary, then calls `resolve`) or serve anything itself.
 
-    mon = Monitor("runs/r1", config=cfg, controls={"is_policy": "none", "clip": True, ...})
+    mon = Monitor("runs/r1", config=cfg, controls=RunControls(mini_batches=4, clip=False))
     for step in range(n):
-        ...
         mon.log(step, {"mismatch/kl_k1": 1e-3, "reward/mean": 0.4}, {"log_ratio": lr})
         for action in mon.pending_actions():
             ok = apply(action)  # the trainer's job
@@ -19,6 +18,7 @@ step boundary, then calls `resolve`) or serve anything itself.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import time
@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from core.controls import RunControls
 from core.errors import UserError
 from monitor.config import MonitorConfig
 from monitor.detectors import DetectorSet
@@ -81,8 +82,8 @@ class Monitor:
     """Run store + detectors + remediation policy + optional exporter/notifier, for one run.
 
     `config` is the resolved run config (stored as JSON); `controls` are the knobs the
-    remediation policy reasons about (is_policy, is_cap, clip, eps_low, eps_high,
-    routing_replay, mini_batches, length_norm, lr, moe). An existing store is only
+    remediation policy reasons about (`RunControls`, or a mapping of its fields: an
+    unknown knob is an error). An existing store is only
     reopened with `resume=True` (nothing recorded is ever overwritten by accident).
     """
 
@@ -90,7 +91,7 @@ class Monitor:
         self,
         run_dir: str | os.PathLike[str],
         config: dict[str, Any] | None = None,
-        controls: dict[str, Any] | None = None,
+        controls: RunControls | Mapping[str, Any] | None = None,
         monitor_config: MonitorConfig | None = None,
         remediation: bool = False,
         prometheus_port: int | None = None,
@@ -99,6 +100,7 @@ class Monitor:
         resume: bool = False,
     ) -> None:
         self.cfg = monitor_config or MonitorConfig()
+        given = None if controls is None else RunControls.of(controls)
         self.store = RunStore.open(
             run_dir,
             busy_timeout_s=self.cfg.store.busy_timeout_s,
@@ -114,12 +116,11 @@ class Monitor:
             raise UserError(
                 f"{self.run_dir} already holds a run ({where}); resume it or choose a new run dir"
             )
-        stored_controls = self.store.meta_json("controls") or {}
-        self.controls: dict[str, Any] = dict(controls if controls is not None else stored_controls)
+        self.controls = given or RunControls.stored(self.store.meta_json("controls"))
         with self.store.transaction():
             if config is not None or not started:
                 self.store.set_meta("config", config or {})
-            self.store.set_meta("controls", self.controls)
+            self.store.set_meta("controls", self.controls.to_data())
             self.store.set_meta("started", True)
             kind = "resume" if started else "start"
             self.store.insert_event(last, kind, {"pid": os.getpid()}, time.time())
@@ -185,7 +186,7 @@ class Monitor:
         open_alerts = self.store.open_alerts()
         controls = self.controls
         if any(a.severity == "critical" for a in alerts):  # a breakdown may lower the lr
-            controls = {**controls, "lr_healthy": self.healthy_lr()}
+            controls = dataclasses.replace(controls, lr_healthy=self.healthy_lr())
         drafts = self.policy.decide(step, alerts, controls, history, open_alerts)
         for draft in drafts:
             self.store.insert_action(
@@ -244,16 +245,16 @@ class Monitor:
             action = self.store.resolve_action(action_id, status, str(detail), time.time())
             if status == "applied":
                 self.controls = apply_to_controls(self.controls, action.kind, action.params)
-                self.store.set_meta("controls", self.controls)
+                self.store.set_meta("controls", self.controls.to_data())
         return action
 
-    def update_controls(self, controls: Mapping[str, Any]) -> None:
+    def update_controls(self, controls: RunControls | Mapping[str, Any]) -> None:
         """Record knobs the run changed by itself (a scripted incident, an operator's
         change outside the action queue), so the remediation policy reasons on them."""
         self._check_open()
-        self.controls = dict(controls)
+        self.controls = RunControls.of(controls)
         with self.store.transaction():
-            self.store.set_meta("controls", self.controls)
+            self.store.set_meta("controls", self.controls.to_data())
 
     # ------------------------------------------------------------------ run life
     def event(self, kind: str, detail: dict[str, Any] | None = None) -> Event:

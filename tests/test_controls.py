@@ -39,7 +39,7 @@ def test_each_kind_moves_exactly_its_knob():
     # the cap holds: a later raise (an incident, a request) stops at it; lower goes through
     assert _apply("set_mini_batches", {"n": 8}, capped).mini_batches == 2
     fp4 = _apply("set_rollout_quant", {"weight_quant": "fp4"})
-    assert fp4.rollout_quant == "fp4" and fp4.for_monitor(1e-4, True)["rollout_quant"] == "fp4"
+    assert fp4.rollout_quant == "fp4" and fp4.for_monitor(1e-4, True).rollout_quant == "fp4"
     floored = _apply("set_rollout_quant_floor", {"weight_quant": "none"}, fp4)
     assert (floored.rollout_quant, floored.rollout_quant_floor) == ("none", "none")
     # the floor holds: a later FP8 incident leaves the rollouts as they are
@@ -86,5 +86,5 @@ def test_impossible_actions_are_rejected_with_a_reason(kind, params, controls, m
 def test_controls_for_the_monitor_reflect_the_loss():
     c = Controls(LossConfig(variant="reinforce"), 2, "R2", lr_scale=0.5)
     view = c.for_monitor(base_lr=1e-3, moe=True)
-    assert view["is_policy"] == "none"  # reinforce applies no IS correction
-    assert (view["mini_batches"], view["routing_replay"], view["lr"]) == (2, "R2", 5e-4)
+    assert view.is_policy == "none"  # reinforce applies no IS correction
+    assert (view.mini_batches, view.routing_replay, view.lr) == (2, "R2", 5e-4)

@@ -9,6 +9,7 @@ import math
 import pytest
 from alert_factory import make_alert
 
+from core.controls import RunControls
 from monitor import Monitor, MonitorConfig, RunReader, UserError
 from monitor.config import RemediationConfig
 from monitor.remediation.actions import KINDS, apply_to_controls, validate
@@ -62,15 +63,15 @@ def crit(factor: str, detector: str = "breakdown", **kw) -> Alert:
 
 def test_a_rollout_precision_floor_holds_against_what_sets_it_later():
     floored = apply_to_controls(CONTROLS, "set_rollout_quant_floor", {"weight_quant": "fp8_e4m3"})
-    assert floored["rollout_quant"] == "none"  # finer than the floor: untouched
+    assert floored.rollout_quant == "none"  # finer than the floor: untouched
     coarser = apply_to_controls(floored, "set_rollout_quant", {"weight_quant": "fp4"})
-    assert coarser["rollout_quant"] == "fp8_e4m3"  # an incident's FP4 is held at the floor
+    assert coarser.rollout_quant == "fp8_e4m3"  # an incident's FP4 is held at the floor
     same_bits = apply_to_controls(floored, "set_rollout_quant", {"weight_quant": "fp8_e5m2"})
-    assert same_bits["rollout_quant"] == "fp8_e5m2"  # as fine as the floor: allowed
+    assert same_bits.rollout_quant == "fp8_e5m2"  # as fine as the floor: allowed
     dropped = apply_to_controls(
         with_(rollout_quant="fp4"), "set_rollout_quant_floor", {"weight_quant": "none"}
     )
-    assert dropped["rollout_quant"] == "none"  # a floor above the current format lifts it
+    assert dropped.rollout_quant == "none"  # a floor above the current format lifts it
 
 
 def test_a_rollout_precision_drop_is_answered_by_finer_rollouts_not_by_the_loss():
@@ -346,7 +347,7 @@ def test_monitor_loop_acts_applies_and_audits(tmp_path):
     # the first precursor turns length normalisation off; the later ones find IS
     # correction off, which a precursor only advises (a warning never tightens anything)
     assert applied == [(43, "set_length_norm", {"enabled": False})]
-    assert mon.controls["length_norm"] is False and mon.controls["is_policy"] == "none"
+    assert mon.controls.length_norm is False and mon.controls.is_policy == "none"
     mon.close()
     with RunReader(tmp_path / "r") as r:
         advice = r.events("remediation_skipped")
@@ -411,8 +412,9 @@ def test_every_kind_validates_and_applies_to_controls():
     }
     assert set(cases) == set(KINDS)
     for kind, (params, changed) in cases.items():
-        after = apply_to_controls(CONTROLS, kind, params)
-        diff = {k: v for k, v in after.items() if CONTROLS.get(k) != v}
+        before = RunControls.of(CONTROLS).to_data()
+        after = apply_to_controls(CONTROLS, kind, params).to_data()
+        diff = {k: v for k, v in after.items() if before.get(k) != v}
         assert diff == changed, kind
     assert CONTROLS["is_policy"] == "none"  # the input is never mutated
 
@@ -480,10 +482,10 @@ def test_a_mini_batch_cap_holds_against_a_later_raise():
     """The staleness fix is a cap: the monitor's view lowers the knob to it at once and
     keeps it there when something (an incident, a request) raises it again."""
     capped = apply_to_controls({**CONTROLS, "mini_batches": 8}, "set_mini_batches_cap", {"n": 4})
-    assert (capped["mini_batches"], capped["mini_batches_cap"]) == (4, 4)
+    assert (capped.mini_batches, capped.mini_batches_cap) == (4, 4)
     raised = apply_to_controls(capped, "set_mini_batches", {"n": 8})
-    assert raised["mini_batches"] == 4
-    assert apply_to_controls(capped, "set_mini_batches", {"n": 2})["mini_batches"] == 2
+    assert raised.mini_batches == 4
+    assert apply_to_controls(capped, "set_mini_batches", {"n": 2}).mini_batches == 2
 
 
 def test_a_staleness_fix_that_did_not_hold_takes_the_next_step_on_a_warning():

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from core.controls import RunControls
 from monitor import Monitor, MonitorConfig, RunReader, UserError, list_runs, request_action
 from monitor.config import HistogramSpec
 from monitor.store.histograms import bin_values
@@ -75,7 +76,7 @@ def test_round_trip_keeps_values_nan_and_inf(tmp_path):
     with RunReader(tmp_path / "r") as r:
         meta = r.meta()
         assert meta.config == {"lr": 3e-4, "name": "x"}
-        assert meta.controls == CONTROLS
+        assert RunControls.stored(meta.controls) == RunControls.of(CONTROLS)
         assert meta.schema_version == SCHEMA_VERSION
         assert r.metric_names() == ["a/x", "b/y"]
         steps, got = r.scalars("a/x")["a/x"]
@@ -176,7 +177,7 @@ def test_killed_writer_loses_at_most_one_step_and_resumes(tmp_path):
         assert r.status(now=time.time() + 1e6) == "crashed"  # no close, silent
     mon = Monitor(run, resume=True)
     assert mon.last_step() == last
-    assert mon.controls == {}
+    assert mon.controls == RunControls()
     with pytest.raises(UserError, match="before the last logged step"):
         mon.log(last - 1, {"m/00": 0.0})
     mon.log(last + 1, {f"m/{i:02d}": last + 1 + i / 128 for i in range(80)})
@@ -214,7 +215,7 @@ def test_existing_run_needs_resume_and_truncate_drops_later_steps(tmp_path):
     with pytest.raises(UserError, match="already holds a run"):
         Monitor(run)
     mon = Monitor(run, resume=True)
-    assert mon.controls == CONTROLS  # stored controls come back
+    assert mon.controls == RunControls.of(CONTROLS)  # stored controls come back
     dropped = mon.truncate_after(5)
     assert dropped["steps"] == 4 and dropped["scalars"] == 8
     assert dropped["alerts"] == 1  # the kl_k1 level alert of step 9 (3 steps ≥ 0.01)
@@ -274,7 +275,7 @@ def test_actions_requested_from_outside_are_validated_deduplicated_and_resolved(
         mon.resolve(a.id, "rejected", "")
     with pytest.raises(UserError, match="no action"):
         mon.resolve(999, "applied", "")
-    assert mon.controls["mini_batches"] == 2 and mon.controls["lr"] == 3e-4
+    assert mon.controls.mini_batches == 2 and mon.controls.lr == 3e-4
     assert mon.pending_actions() == []
     mon.close()
     with RunReader(run) as r:

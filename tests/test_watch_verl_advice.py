@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from app.cli import main
+from core.controls import RunControls
 from monitor.store.reader import RunReader
 
 hydra = pytest.importorskip("hydra")
@@ -110,7 +111,8 @@ def test_advice_names_the_last_healthy_checkpoint_and_verl_accepts_it(verl_run):
     assert len(advices) == 1  # the later alerts of the same breakdown repeat nothing
     with RunReader(run) as reader:
         critical = [a for a in reader.alerts() if a.severity == "critical"]
-        assert reader.meta().controls == {}  # advice moved no knob
+        stored = RunControls.stored(reader.meta().controls)
+        assert stored == RunControls()  # advice moved no knob: the backend's defaults
     assert first.alert_id in {a.id for a in critical}
 
     cfg = compose(first.params["overrides"])  # verl's parser: an unknown key would raise
@@ -136,8 +138,8 @@ def test_each_fix_is_verl_keys_that_verl_accepts(tmp_path):
         resolve=True,
     )
     controls = controls_from_config(config)
-    assert controls["mini_batches"] == 4 and controls["lr"] == 1e-6
-    assert controls["is_policy"] == "none" and controls["eps_high"] == 0.2
+    assert controls.mini_batches == 4 and controls.lr == 1e-6
+    assert controls.is_policy == "none" and controls.eps_high == 0.2
     drafts = [
         ActionDraft("set_clip", {"enabled": True, "eps_low": 0.2, "eps_high": 0.27}, "r"),
         ActionDraft("set_is_policy", {"policy": "icepop", "band": [0.5, 5.0]}, "r"),
@@ -153,7 +155,9 @@ def test_each_fix_is_verl_keys_that_verl_accepts(tmp_path):
     assert cfg.algorithm.rollout_correction.rollout_is_threshold == "0.5_5"  # a band, not 0.55
     assert actor.optim.lr == 5e-7 and actor.ppo_mini_batch_size == 32
     tis = to_overrides(
-        [ActionDraft("set_is_policy", {"policy": "token_tis", "cap": 2.5}, "r")], {}, None
+        [ActionDraft("set_is_policy", {"policy": "token_tis", "cap": 2.5}, "r")],
+        RunControls(),
+        None,
     )
     assert compose(tis.overrides).algorithm.rollout_correction.rollout_is_threshold == 2.5
 

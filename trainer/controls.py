@@ -14,6 +14,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from core.controls import RunControls
 from core.errors import UserError
 from core.vocabulary import WeightQuant
 from minirl.loss import LossConfig
@@ -45,27 +46,27 @@ class Controls:
     """The rollout weights are never rounded coarser than this, whatever sets them later:
     a precision fix that holds (set by remediation)."""
 
-    def for_monitor(self, base_lr: float, moe: bool) -> dict[str, Any]:
-        """The `controls` dict the remediation policy reasons about (Monitor's keys)."""
+    def for_monitor(self, base_lr: float, moe: bool) -> RunControls:
+        """The controls the remediation policy reasons about."""
         c = self.loss
-        return {
-            "variant": c.variant,
-            "is_policy": "none" if c.variant == "reinforce" else c.is_policy,
-            "is_cap": c.is_cap,
-            "is_band": list(c.band),
-            "clip": c.clip,
-            "eps_low": c.eps_low,
-            "eps_high": c.eps_high,
-            "routing_replay": self.routing_replay,
-            "mini_batches": self.mini_batches,
-            "length_norm": c.length_norm,
-            "lr": base_lr * self.lr_scale,
-            "lr_cap": self.lr_cap,
-            "mini_batches_cap": self.mini_batches_cap,
-            "rollout_quant": self.rollout_quant,
-            "rollout_quant_floor": self.rollout_quant_floor,
-            "moe": moe,
-        }
+        return RunControls(
+            variant=c.variant,
+            is_policy="none" if c.variant == "reinforce" else c.is_policy,
+            is_cap=c.is_cap,
+            is_band=tuple(c.band),
+            clip=c.clip,
+            eps_low=c.eps_low,
+            eps_high=c.eps_high,
+            routing_replay=self.routing_replay,
+            mini_batches=self.mini_batches,
+            length_norm=c.length_norm,
+            lr=base_lr * self.lr_scale,
+            lr_cap=self.lr_cap,
+            mini_batches_cap=self.mini_batches_cap,
+            rollout_quant=self.rollout_quant,
+            rollout_quant_floor=self.rollout_quant_floor,
+            moe=moe,
+        )
 
 
 @dataclass(frozen=True)

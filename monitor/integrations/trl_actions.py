@@ -24,6 +24,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from core.controls import RunControls
 from monitor.remediation.healthy import Verdict, last_healthy
 from monitor.store.records import Action
 
@@ -56,7 +57,7 @@ class Refused(Exception):
     """An action the running Trainer cannot take; the message is the reason."""
 
 
-def controls_of(args: Any, trainer: Any) -> dict[str, Any]:
+def controls_of(args: Any, trainer: Any) -> RunControls:
     """The knobs the remediation policy reasons about, read from a TRL run's config."""
     use_vllm = bool(getattr(args, "use_vllm", False))
     on = use_vllm and bool(getattr(args, "vllm_importance_sampling_correction", False))
@@ -79,7 +80,7 @@ def controls_of(args: Any, trainer: Any) -> dict[str, Any]:
     if eps is not None:
         out["eps_low"] = float(eps)
         out["eps_high"] = float(getattr(args, "epsilon_high", None) or eps)
-    return out
+    return RunControls.of(out)
 
 
 def checkpoints(output_dir: str | os.PathLike[str]) -> dict[int, Path]:

@@ -15,6 +15,7 @@ few steps early for a symptom, as `Monitor.episode_start` does).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import shlex
@@ -23,17 +24,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.controls import RunControls
 from monitor.config import MonitorConfig
-from monitor.detectors.rules import SETTINGS
 from monitor.remediation.healthy import Verdict, last_healthy
 from monitor.remediation.policy import RemediationPolicy
-from monitor.store.reader import RunReader
 from monitor.store.records import Action, ActionDraft, Alert
 
 CHECKPOINT = re.compile(r"global_step_(\d+)")
 """verl's checkpoint folders under `trainer.default_local_dir`."""
-SCORES = ("eval/acc", "reward/mean")
-"""The held-out accuracy (verl's `val-core/...` after the name mapping), else the reward."""
 ACTOR = "actor_rollout_ref.actor"
 CORRECTION = "algorithm.rollout_correction"
 DUAL_CLIP_C = 3.0
@@ -58,7 +56,7 @@ def _get(config: Mapping[str, Any] | None, dotted: str) -> Any:
     return node
 
 
-def controls_from_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
+def controls_from_config(config: Mapping[str, Any] | None) -> RunControls:
     """The knobs the remediation policy reasons on, read from verl's resolved config (the
     dict verl passes to `Tracking`); a knob the config does not give is left out."""
     out: dict[str, Any] = {"variant": "ppo", "clip": True}  # verl's actor always clips
@@ -84,7 +82,7 @@ def controls_from_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
             out["is_policy"] = "token_tis" if level == "token" else "seq_tis"
             if threshold is not None:
                 out["is_cap"] = float(threshold)
-    return out
+    return RunControls.of(out)
 
 
 @dataclass
@@ -100,7 +98,7 @@ def _num(x: float) -> str:
 
 
 def to_overrides(
-    drafts: Sequence[ActionDraft], controls: Mapping[str, Any], config: Mapping[str, Any] | None
+    drafts: Sequence[ActionDraft], controls: RunControls, config: Mapping[str, Any] | None
 ) -> Overrides:
     """Each draft's fix as verl keys (the action vocabulary is monitor/remediation/actions.py)."""
     out = Overrides()
@@ -137,7 +135,7 @@ def to_overrides(
             else:
                 out.notes.append("clipping off: verl's PPO actor always clips")
         elif d.kind in ("set_lr_cap", "scale_lr"):
-            lr = controls.get("lr")
+            lr = controls.lr
             if d.kind == "set_lr_cap":
                 lr = p["lr"] if lr is None else min(float(lr), p["lr"])
             elif lr is not None:
@@ -157,27 +155,6 @@ def to_overrides(
         elif d.kind not in ("rollback", "stop"):
             out.notes.append(f"{d.kind} ({d.params}): no verl key known for it")
     return out
-
-
-def scores_and_precursors(
-    run_dir: str | Path, margin: int
-) -> tuple[list[tuple[int, float]], list[tuple[int, int | None]]]:
-    """The held-out score series (else the reward's) and the (opened, cleared) interval of
-    every warning or critical alert, a symptom's opened `margin` steps early (its alert
-    opens a few steps after its signal started to move)."""
-    with RunReader(run_dir) as reader:
-        series = reader.scalars(list(SCORES))
-        alerts = reader.alerts(min_severity="warning")
-    scores: list[tuple[int, float]] = []
-    for name in SCORES:
-        steps, values = series[name]
-        scores = [(int(s), float(v)) for s, v in zip(steps, values, strict=True) if v == v]
-        if scores:
-            break
-    precursors = [
-        (a.step - (0 if a.metric in SETTINGS else margin), a.cleared_step) for a in alerts
-    ]
-    return scores, precursors
 
 
 @dataclass
@@ -225,11 +202,13 @@ def advise(
     crashed = collapse(alerts, mon.cfg)
     if not crashed:
         return None
-    controls = {**controls_from_config(config), **_logged_lr(mon, config)}
+    controls = dataclasses.replace(
+        controls_from_config(config), **_logged_lr(mon, config), lr_healthy=mon.healthy_lr()
+    )
     policy = RemediationPolicy(mon.cfg.remediation)
     drafts = policy.decide(step, alerts, controls, [], mon.store.open_alerts())
     fix = to_overrides(drafts, controls, config)
-    scores, precursors = scores_and_precursors(mon.run_dir, mon.cfg.remediation.onset_margin)
+    scores, precursors = mon.scores(), mon.precursors()
     steps = checkpoint_steps(ckpt_dir)
     verdict = last_healthy(steps, scores, precursors, before=step + 1)
     overrides = list(fix.overrides)

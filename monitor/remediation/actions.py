@@ -20,6 +20,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from core.controls import RunControls
 from core.errors import UserError
 from core.vocabulary import (
     ACTION_KINDS,
@@ -220,16 +221,18 @@ def moves(kind: str, params: Mapping[str, Any] | None) -> list[tuple[str, str, A
     return out
 
 
-def apply_to_controls(controls: Mapping[str, Any], kind: str, params: Mapping[str, Any]) -> dict:
-    """The run's control knobs after an applied action (a new dict; the input is kept).
-    A knob the run did not report is simply set; an unknown lr is not scaled."""
-    out = dict(controls)
+def apply_to_controls(
+    controls: RunControls | Mapping[str, Any], kind: str, params: Mapping[str, Any]
+) -> RunControls:
+    """The run's controls after an applied action (a new record). A knob the run did not
+    report is simply set; an unknown lr is not scaled."""
+    out = RunControls.of(controls).to_data()
     for knob, how, value in moves(kind, params):
         if how == "set":
             out[knob] = value
         elif out.get(knob) is not None:
             out[knob] = float(out[knob]) * value
-    return hold_caps(out)
+    return RunControls.of(hold_caps(out))
 
 
 def hold_caps(controls: dict) -> dict:

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from core.controls import RunControls
 from core.vocabulary import QUANT_BITS, WEIGHT_QUANTS
 from monitor.config import RemediationConfig
 from monitor.detectors.rules import ROLLOUT_BITS, SETTINGS
@@ -51,15 +52,15 @@ class RemediationPolicy:
 
     # ------------------------------------------------------------------ the recipes
     def settle(
-        self, alert: Alert, controls: Mapping[str, Any], breakdown: bool = True
+        self, alert: Alert, controls: RunControls, breakdown: bool = True
     ) -> list[ActionDraft]:
         """Back to a recommended setting the run is not in, or none. IS correction is only
         turned back on at a `breakdown`; before one its advice is recorded in `skipped`."""
         c, why = self.cfg, heading(alert)
-        mini = int(controls.get("mini_batches", 1))
+        mini = controls.mini_batches
         if alert.metric == ROLLOUT_BITS:
             return self._finer_rollouts(alert, controls, why)
-        if controls.get("length_norm", False):
+        if controls.length_norm:
             return [
                 draft(
                     "set_length_norm",
@@ -88,14 +89,14 @@ class RemediationPolicy:
                         "only at a breakdown",
                     }
                 )
-            if mini <= 1 or controls.get("clip", True):
+            if mini <= 1 or controls.clip:
                 return []
         # off-policy updates need clipping whatever the precursor; at a breakdown that is
         # `recipe`'s, beside the factor's own fix
         off_policy = (mini > 1 and not breakdown) or alert.factor in ("staleness", "approximation")
-        if off_policy and not controls.get("clip", True):
+        if off_policy and not controls.clip:
             return [clip_on(self.cfg, alert, mini, why)]
-        if alert.factor == "routing" and mini > 1 and controls.get("routing_replay") == "none":
+        if alert.factor == "routing" and mini > 1 and controls.routing_replay == "none":
             mode = "R2" if mini <= 2 else "R3"
             return [
                 draft(
@@ -108,13 +109,13 @@ class RemediationPolicy:
         return []
 
     @staticmethod
-    def _finer_rollouts(alert: Alert, controls: Mapping[str, Any], why: str) -> list[ActionDraft]:
+    def _finer_rollouts(alert: Alert, controls: RunControls, why: str) -> list[ActionDraft]:
         """The rollout precision dropped: round the rollout weights no coarser than before
         (the finest format with the pre-episode bits), held for the rest of the run; none
         when a floor that fine holds already."""
         bits = round(alert.baseline)  # a log-scale median of exact values: 15.999...
         quant = next((q for q in WEIGHT_QUANTS if QUANT_BITS[q] <= bits), WEIGHT_QUANTS[-1])
-        floor = controls.get("rollout_quant_floor")
+        floor = controls.rollout_quant_floor
         if floor is not None and QUANT_BITS[floor] >= QUANT_BITS[quant]:
             return []
         return [
@@ -129,7 +130,7 @@ class RemediationPolicy:
         ]
 
     def fix(
-        self, alert: Alert, controls: Mapping[str, Any], context: Sequence[Alert] = ()
+        self, alert: Alert, controls: RunControls, context: Sequence[Alert] = ()
     ) -> list[ActionDraft]:
         """The repair for a breakdown blamed on `alert.factor`, given the current controls
         (`context`: the other open alerts, e.g. a rising lr's baseline). A run out of the
@@ -145,13 +146,13 @@ class RemediationPolicy:
         return drafts + for_the_run(self.cfg, alert, controls, drafts, why)
 
     def _next_step(
-        self, alert: Alert, controls: Mapping[str, Any], context: Sequence[Alert], why: str
+        self, alert: Alert, controls: RunControls, context: Sequence[Alert], why: str
     ) -> list[ActionDraft]:
         c = self.cfg
-        mini = int(controls.get("mini_batches", 1))
-        policy = controls.get("is_policy", "none")
+        mini = controls.mini_batches
+        policy = controls.is_policy
         if alert.factor == "train_inference" and policy in ("token_tis", "seq_tis"):
-            cap = float(controls.get("is_cap", c.tis_cap)) * c.cap_factor
+            cap = float(controls.is_cap or c.tis_cap) * c.cap_factor
             if cap >= c.min_cap:
                 return [
                     draft(
@@ -173,7 +174,7 @@ class RemediationPolicy:
         if alert.factor in ("staleness", "approximation") and mini > 1:
             return [fewer_mini_batches(alert, mini, context, why)]
         if alert.factor == "routing":
-            if mini > 1 and controls.get("routing_replay") == "R2":
+            if mini > 1 and controls.routing_replay == "R2":
                 return [
                     draft(
                         "set_routing_replay",
@@ -192,7 +193,7 @@ class RemediationPolicy:
         return []
 
     def _lower_lr(
-        self, alert: Alert, controls: Mapping[str, Any], context: Sequence[Alert], why: str
+        self, alert: Alert, controls: RunControls, context: Sequence[Alert], why: str
     ) -> ActionDraft:
         """Cap the lr at lr_factor × its pre-episode value (the baseline of a rising-lr
         alert, this one or an open one, else the current lr; a cap already set is
@@ -200,11 +201,11 @@ class RemediationPolicy:
         c = self.cfg
         lr, was = pre_episode(alert, context, "optim/lr"), "its pre-episode"
         if lr is None:
-            lr, healthy = controls.get("lr"), controls.get("lr_healthy")
+            lr, healthy = controls.lr, controls.lr_healthy
             if healthy is not None and (lr is None or float(healthy) < float(lr)):
                 lr, was = healthy, "the lr of its last healthy evaluation,"
-        if controls.get("lr_cap") is not None:
-            lr = min(float(lr), float(controls["lr_cap"])) if lr is not None else None
+        if controls.lr_cap is not None:
+            lr = min(float(lr), float(controls.lr_cap)) if lr is not None else None
         if lr is None:
             return draft(
                 "scale_lr",
@@ -226,14 +227,14 @@ class RemediationPolicy:
         self,
         step: int,
         alerts: Sequence[Alert],
-        controls: Mapping[str, Any],
+        controls: RunControls | Mapping[str, Any],
         history: Sequence[Action],
         open_alerts: Sequence[Alert] = (),
     ) -> list[ActionDraft]:
         """Actions for this step's new `alerts`, within the limits set by `history`.
         `open_alerts` (still open, any step) tell which precursor came first when a
-        breakdown alert blames an outcome."""
-        c = self.cfg
+        breakdown alert blames an outcome. `controls` may be given as a mapping of knobs."""
+        c, controls = self.cfg, RunControls.of(controls)
         self.skipped = []
         floor = max(severity_rank(c.min_severity), severity_rank("warning"))
         eligible = [a for a in alerts if severity_rank(a.severity) >= floor]

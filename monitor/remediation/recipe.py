@@ -10,9 +10,10 @@ blame and the limits are the policy's (policy.py).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
+from core.controls import RunControls
 from core.vocabulary import QUANT_BITS
 from monitor.config import RemediationConfig
 from monitor.detectors.rules import MINI_BATCHES
@@ -22,7 +23,7 @@ from monitor.store.records import ActionDraft, Alert
 def for_the_run(
     c: RemediationConfig,
     alert: Alert,
-    controls: Mapping[str, Any],
+    controls: RunControls,
     already: Sequence[ActionDraft] = (),
     why: str = "",
 ) -> list[ActionDraft]:
@@ -34,11 +35,11 @@ def for_the_run(
     to blame. `already`: the factor's own fix (a kind it has is not repeated)."""
     kinds = {d.kind for d in already}
     why = why or heading(alert)
-    mini = int(controls.get("mini_batches", 1))
+    mini = controls.mini_batches
     out: list[ActionDraft] = []
-    if mini > 1 and not controls.get("clip", True) and "set_clip" not in kinds:
+    if mini > 1 and not controls.clip and "set_clip" not in kinds:
         out.append(clip_on(c, alert, mini, why))
-    quant = controls.get("rollout_quant", "none")
+    quant = controls.rollout_quant
     low = QUANT_BITS.get(quant, 16) < 16
     if low and is_off(controls) and "set_is_correction" not in kinds:
         out.append(
@@ -50,8 +51,8 @@ def for_the_run(
                 alert,
             )
         )
-    high = controls.get("moe") and mini >= c.r3_mini_batches
-    if high and controls.get("routing_replay") != "R3" and "set_routing_replay" not in kinds:
+    high = controls.moe and mini >= c.r3_mini_batches
+    if high and controls.routing_replay != "R3" and "set_routing_replay" not in kinds:
         out.append(
             draft(
                 "set_routing_replay",
@@ -112,8 +113,8 @@ def heading(alert: Alert) -> str:
     return f"{alert.detector} ({alert.severity}): {alert.message}"
 
 
-def is_off(controls: Mapping[str, Any]) -> bool:
-    return controls.get("is_policy", "none") == "none" and controls.get("variant") != "reinforce"
+def is_off(controls: RunControls) -> bool:
+    return controls.is_policy == "none" and controls.variant != "reinforce"
 
 
 def draft(kind: str, params: dict[str, Any], reason: str, alert: Alert) -> ActionDraft:
