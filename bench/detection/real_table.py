@@ -75,16 +75,16 @@ def totals(objs: Sequence[dict]) -> dict:
     }
 
 
-def _pct(a: int, b: int) -> str:
+def pct(a: int, b: int) -> str:
     return f"{a}/{b} ({100 * a / b:.0f} %)" if b else "-"
 
 
 def _row(label: str, t: dict) -> str:
     w = t["warnings_per_100_stable_steps"]
     return (
-        f"| {label} | {t['runs']} | {_pct(t['caught'], t['collapses'])} | "
-        f"{_pct(t['stable_held_paged'], t['stable_held'])} | "
-        f"{_pct(t['stable_exploded_paged'], t['stable_exploded'])} | "
+        f"| {label} | {t['runs']} | {pct(t['caught'], t['collapses'])} | "
+        f"{pct(t['stable_held_paged'], t['stable_held'])} | "
+        f"{pct(t['stable_exploded_paged'], t['stable_exploded'])} | "
         f"{'-' if w is None else f'{w:.2f}'} |"
     )
 
@@ -97,22 +97,34 @@ HEAD = [
 ]
 
 
-def section(objs: dict[str, list[dict]]) -> tuple[list[str], dict]:
-    """Markdown lines leading detection.md, and the JSON totals (per monitor and fold)."""
-    folds = {
+def section(objs: dict[str, list[dict]], swapped: list[dict]) -> tuple[list[str], dict]:
+    """Markdown lines leading detection.md, and the JSON totals (per monitor and fold,
+    and per direction of the swapped folds: `folds.cross`)."""
+    from bench.detection import folds as two_folds
+
+    folds: dict = {
         m: {f: totals([o for o in v if o["fold"] == f]) for f in ("report", "tune")}
         for m, v in objs.items()
     }
     lines = [
         "## Public runs of other trainers (bench/data/real; split by repository into folds)",
         "",
-        "The defaults were chosen on the tuning fold only; the report fold was scored after.",
+        "Fold A (`tune`) and fold B (`report`) split the public runs by repository. The "
+        "defaults (below) were frozen before the report fold was scored.",
         "",
         *HEAD,
     ]
     for fold in ("report", "tune"):
         for m in objs:
-            lines.append(_row(f"{m} · {fold} fold", folds[m][fold]))
+            lines.append(_row(f"{m} · {fold} fold (defaults)", folds[m][fold]))
+    lines += [
+        "",
+        "Swapped folds: the breakdown rule's free parameters (`extreme` × `sharpening_drop`, "
+        "bench/detection/folds.py) chosen on one fold, scored on the other:",
+        "",
+        *two_folds.lines(swapped),
+    ]
+    folds["cross"] = swapped
     by_source: dict[str, list[dict]] = defaultdict(list)
     for o in objs["ours"]:
         by_source[o["source"]].append(o)

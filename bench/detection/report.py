@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 from bench.detection.corpus import UNSEEN_SEEDS
@@ -71,7 +71,6 @@ def write(
     scores: dict[str, list[RunScore]],
     command: str,
     out: Path,
-    notes: Sequence[str],
     real: tuple[list[str], dict, dict] | None = None,
 ) -> dict:
     """Write the markdown and the JSON beside it; returns the JSON object. `real`: the
@@ -130,10 +129,6 @@ def write(
         "## Tuning set (where the defaults were chosen: optimistic)",
         "",
         *summary_table(by_split["tune"]),
-        "",
-        "## What the numbers mean, and where the detectors fail",
-        "",
-        *notes,
         "",
         "## Lab runs by config",
         "",
