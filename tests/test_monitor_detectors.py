@@ -499,7 +499,13 @@ def test_the_noise_guard_is_pinned_by_hand():
     from monitor.detectors.drop import DropDetector
 
     rule = DropRule(
-        "reward/mean", "roll back", ewma_alpha=1.0, warmup=0, noise_z=2.0, drawdown_margin=0.5
+        "reward/mean",
+        "roll back",
+        ewma_alpha=1.0,
+        warmup=0,
+        min_warmup=0,
+        noise_z=2.0,
+        drawdown_margin=0.5,
     )
     detector = DropDetector("d", rule)
     values = [0.5, 0.6] * 6  # 11 steps of |Δ| = 0.1: σ = √(π/4)·0.1; α = 1: σ_e = σ

@@ -84,6 +84,8 @@ class ChangeRule:
     least `min_change` (log scale: a factor e.g. 2 = doubled/halved; linear: an absolute
     difference); it fires after holding for `persist` consecutive points, and clears after
     `clear_after` points with z < `z_clear`. `cooldown` points pass before it refires.
+    `warmup`, `min_baseline` and `gap` count steps: a run logged every k steps reaches them
+    in 1/k as many points (at least 5 in the baseline), not k times later.
     """
 
     metric: str
@@ -150,7 +152,15 @@ class DropRule:
     ewma_alpha: float = 0.1
     """Smoothing of the noisy per-step outcome (1.0 = none)."""
     warmup: int = 20
-    """Observations before the peak is tracked."""
+    """Steps (`unit`) before the peak is tracked."""
+    min_warmup: int = 3
+    """Never fewer logged points of warm-up; their median is the run's starting level,
+    which counts as a peak (`unit` step): a run that falls below where it began has lost
+    its gain even if it never rose."""
+    unit: Literal["step", "point"] = "step"
+    """step: warm-up and smoothing count training steps (a log every k steps, each point a
+    mean over k steps, counts k per point); point: each logged value counts one (an
+    evaluation, whatever its interval)."""
     zero: float = 0.0
     """The outcome of a policy that learned nothing (0 for 0/1 rewards)."""
     min_peak_gain: float = 0.05
@@ -416,7 +426,9 @@ class DetectorsConfig:
     """Joint evidence: several precursors at once, or one with the outcome falling."""
     reward_collapse: DropRule = DropRule("reward/mean", R_COLLAPSE)
     """Smoothed training reward lost half of its gain: the collapse itself."""
-    eval_collapse: DropRule = DropRule("eval/acc", R_COLLAPSE, ewma_alpha=0.5, warmup=3)
+    eval_collapse: DropRule = DropRule(
+        "eval/acc", R_COLLAPSE, ewma_alpha=0.5, warmup=3, unit="point"
+    )
     """Held-out accuracy lost half of its gain."""
     nonfinite: NonFiniteRule = NonFiniteRule()
     """NaN/inf in any scalar (loss, gradients, weights...)."""
