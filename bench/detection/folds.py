@@ -24,7 +24,7 @@ from bench.detection.corpus import Run
 from monitor.detectors.config import DetectorsConfig
 
 GRID = {"extreme": (0.0, 10.0, 100.0, 1000.0), "sharpening_drop": (0.0, 0.05, 0.1, 0.25)}
-FROZEN = {"extreme": 100.0, "sharpening_drop": 0.1}
+FROZEN = {"extreme": 1000.0, "sharpening_drop": 0.25}
 """The defaults of monitor/detectors/config.py's BreakdownRule (tested equal)."""
 FOLDS = {"tune": "A", "report": "B"}
 

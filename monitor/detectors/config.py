@@ -211,11 +211,11 @@ class BreakdownRule:
     min_signals: int = 3
     outcome_drop: float = 0.25
     horizon: int = 30
-    extreme: float = 100.0
+    extreme: float = 1000.0
     """Joint precursors page without the outcome only with evidence that the run is
     getting worse, not merely changing: a setting among them (`causes`), or one signal at
     least this many times its baseline (a jump of orders of magnitude). 0: any joint set."""
-    sharpening_drop: float = 0.1
+    sharpening_drop: float = 0.25
     """A `sharpening` rule's alert is info until the outcome has lost this share of its
     gain (and the run is getting worse, not sharpening)."""
     outcome: tuple[str, ...] = ("reward/mean", "eval/acc")
