@@ -27,6 +27,13 @@ from monitor.detectors.change import ChangeDetector
 from monitor.detectors.config import ChangeRule
 
 EARLY_PAGE = 60
+DEFINITIONS = (
+    "Definitions: a collapse is *too early* for any 10-step lead when its onset comes "
+    "before the step at which a default change rule first has a baseline on the run's own"
+    " logged steps, plus 10 steps; *caught, of the rest* is the caught rate without them;"
+    " the *delay* is the steps from the onset to the first critical at or after it (a "
+    "late page is still a page), its median over the collapses paged after the onset."
+)
 EXPLODED = 1000.0
 
 
@@ -153,6 +160,8 @@ def section(objs: dict[str, list[dict]], swapped: list[dict]) -> tuple[list[str]
         for m in objs:
             lines.append(_row(f"{m} · {fold} fold (defaults)", folds[m][fold]))
     lines += [
+        "",
+        DEFINITIONS,
         "",
         "Swapped folds: the breakdown rule's free parameters (`extreme` × `sharpening_drop`, "
         "bench/detection/folds.py) chosen on one fold, scored on the other:",
