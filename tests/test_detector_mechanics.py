@@ -15,7 +15,7 @@ from monitor.detectors.change import ChangeDetector
 from monitor.detectors.rules import SETTINGS, BreakdownRule, ChangeRule
 from monitor.store.records import AlertDraft, Cleared, Factor
 
-RULE = BreakdownRule()  # min_signals 3, horizon 30, outcome_drop 0.25, extreme 100
+RULE = BreakdownRule()  # min_signals 3, horizon 30, outcome_drop 0.25, extreme 1000
 
 
 def warn(

@@ -500,7 +500,13 @@ def test_the_noise_guard_is_pinned_by_hand():
     from monitor.detectors.drop import DropDetector
 
     rule = DropRule(
-        "reward/mean", "roll back", ewma_alpha=1.0, warmup=0, noise_z=2.0, drawdown_margin=0.5
+        "reward/mean",
+        "roll back",
+        ewma_alpha=1.0,
+        warmup=0,
+        min_warmup=0,
+        noise_z=2.0,
+        drawdown_margin=0.5,
     )
     detector = DropDetector("d", rule)
     values = [0.5, 0.6] * 6  # 11 steps of |Δ| = 0.1: σ = √(π/4)·0.1; α = 1: σ_e = σ
@@ -585,7 +591,7 @@ def test_three_precursors_at_once_page_without_the_outcome_only_when_one_jumped_
         row["routing/mismatch_stale"] *= 10
     assert fired(run(s), "breakdown") == []  # ×10-×30 at once: changing, not getting worse
     for row in s[80:]:
-        row["staleness/kl_k3"] *= 10  # ×300: a jump of orders of magnitude
+        row["staleness/kl_k3"] *= 100  # ×3000: a jump of orders of magnitude
     ev = run(s)
     crit = [(st, x) for st, x in ev if isinstance(x, AlertDraft) and x.detector == "breakdown"]
     assert len(crit) == 1 and crit[0][0] == 83 and crit[0][1].value == 3.0

@@ -30,3 +30,21 @@ def test_stable_runs_whose_gradient_exploded_are_counted_apart():
     t = totals([held, boom])
     assert (t["stable_held"], t["stable_held_paged"], t["stable_exploded"]) == (1, 1, 1)
     assert t["warnings_per_100_stable_steps"] == 0.0
+
+
+def test_the_breakdown_defaults_are_a_point_of_the_swapped_folds_grid():
+    """What users get is one of the points the two folds choose among (folds.py)."""
+    from bench.detection.folds import FROZEN, GRID, config_for
+    from monitor.detectors.config import DetectorsConfig
+
+    assert config_for(**FROZEN) == DetectorsConfig()
+    assert all(FROZEN[k] in values for k, values in GRID.items())
+
+
+def test_a_fold_chooses_an_admissible_point_over_one_that_catches_more():
+    from bench.detection.folds import admissible
+
+    base = {"stable_held": 20, "stable_held_paged": 2, "warnings_per_100_stable_steps": 0.5}
+    assert admissible(base)
+    assert not admissible({**base, "stable_held_paged": 3})
+    assert not admissible({**base, "warnings_per_100_stable_steps": 0.51})

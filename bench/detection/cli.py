@@ -1,14 +1,13 @@
 """`minirl bench detection`: our default detectors and rlwatch's, on labelled runs.
 
-    minirl bench detection                       # score the committed corpus (≈ 1 min)
+    minirl bench detection                       # score the committed corpus (≈ 3 min)
     minirl bench detection --run-lab --jobs 2    # first (re)run the lab's incident configs
         [--seeds 0 1 2 3] [--runs runs/incidents] # (hours), export them to bench/data/lab
     minirl bench detection --tune                # the threshold grid, on the tuning set
 
 The corpus (bench/data/lab, bench/data/real) and the split are described in corpus.py,
-the scores in score.py. Writes bench/results/detection.md and detection.json. Hand
-notes (what the numbers mean, where the detectors fail) are kept in
-bench/results/detection_notes.md and copied into the report.
+the scores in score.py, the two swapped folds of the public runs in folds.py. Writes
+bench/results/detection.md and detection.json.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ import shlex
 from pathlib import Path
 
 from bench import REPO, RESULTS
-from bench.detection import corpus, lab, monitors, real_table, report
+from bench.detection import corpus, folds, lab, monitors, real_table, report
 from bench.detection.score import score_run
 from core.errors import UserError
 
@@ -78,11 +77,10 @@ def main(argv: list[str]) -> int:
             scores[m].append(score_run(run, fired))
             if run.group == "real":
                 public[m].append(real_table.judge(run, fired))
-    lines, folds = real_table.section(public)
-    notes_file = RESULTS / "detection_notes.md"
-    notes = notes_file.read_text().splitlines() if notes_file.is_file() else []
+    swapped = folds.cross(labelled)
+    lines, totals = real_table.section(public, swapped, folds.lines(swapped))
     command = "minirl bench detection " + shlex.join(argv)
     out = Path(args.out)
-    report.write(scores, command.strip(), out, notes, (lines, folds, public))
+    report.write(scores, command.strip(), out, (lines, totals, public))
     print(f"wrote {out.relative_to(REPO) if out.is_relative_to(REPO) else out}")
     return 0

@@ -5,6 +5,13 @@ steps before the onset and no critical comes more than `EARLY_PAGE` steps before
 page that early is not about this collapse). A stable run is *paged* when any critical
 fires; stable runs whose gradient norm rose 1000× or more above its early level (the
 median of its first 10 logged values) while the outcome held are counted apart.
+
+Beside the caught rate: a collapse is *too early* for any 10-step lead when its onset
+comes before the detectors' baseline could exist plus `LEAD_GOAL` steps (the step at which
+a default change rule first has a baseline, on the run's own logged steps: `ready`); the
+caught rate is also given on the rest. The *delay* is the steps from the onset to the
+first critical at or after it (a late page is still a page); its median is over the
+collapses paged after their onset.
 """
 
 from __future__ import annotations
@@ -16,8 +23,17 @@ from collections.abc import Sequence
 from bench.detection.corpus import Run
 from bench.detection.monitors import Fired
 from bench.detection.score import LEAD_GOAL
+from monitor.detectors.change import ChangeDetector
+from monitor.detectors.config import ChangeRule
 
 EARLY_PAGE = 60
+DEFINITIONS = (
+    "Definitions: a collapse is *too early* for any 10-step lead when its onset comes "
+    "before the step at which a default change rule first has a baseline on the run's own"
+    " logged steps, plus 10 steps; *caught, of the rest* is the caught rate without them;"
+    " the *delay* is the steps from the onset to the first critical at or after it (a "
+    "late page is still a page), its median over the collapses paged after the onset."
+)
 EXPLODED = 1000.0
 
 
@@ -26,12 +42,26 @@ def exploded(run: Run) -> bool:
     return len(g) >= 10 and max(g) >= EXPLODED * statistics.median(g[:10])
 
 
+def ready(run: Run) -> int | None:
+    """The step at which a default change rule first has a baseline on this run's steps."""
+    d = ChangeDetector("probe", ChangeRule("probe", "optimisation", "up", ""))
+    for i, (step, _) in enumerate(run.stream):
+        d.update(step, {"probe": 1.0 + 0.01 * (i % 3)})
+        if d.score() is not None:
+            return step
+    return None
+
+
 def judge(run: Run, fired: Sequence[Fired]) -> dict:
     """One public run's object of detection.json's `real_runs`."""
     crit = [f.step for f in fired if f.severity == "critical"]
     first = fired[0].step if fired else None
-    caught = None
+    caught = too_early = delay = None
     if run.label == "collapse" and run.onset is not None:
+        r = ready(run)
+        too_early = r is None or run.onset < r + LEAD_GOAL
+        late = [c for c in crit if c >= run.onset]
+        delay = late[0] - run.onset if late else None
         caught = (
             first is not None
             and run.onset - first >= LEAD_GOAL
@@ -48,6 +78,8 @@ def judge(run: Run, fired: Sequence[Fired]) -> dict:
         "first_critical": crit[0] if crit else None,
         "warnings": sum(f.severity == "warning" for f in fired),
         "caught": caught,
+        "too_early": too_early,
+        "critical_delay": delay,
         "steps": run.steps,
         "grad_exploded": exploded(run) if run.label == "stable" else None,
     }
@@ -59,8 +91,14 @@ def totals(objs: Sequence[dict]) -> dict:
     boom = [o for o in objs if o["label"] == "stable" and o["grad_exploded"]]
     stable_steps = sum(o["steps"] for o in held + boom)
     warnings = sum(o["warnings"] for o in held + boom)
+    rest = [o for o in col if not o.get("too_early")]
+    delays = sorted(o["critical_delay"] for o in col if o.get("critical_delay") is not None)
     return {
         "runs": len(objs),
+        "too_early": len(col) - len(rest),
+        "caught_rest": sum(bool(o["caught"]) for o in rest),
+        "paged_after_onset": len(delays),
+        "median_critical_delay": statistics.median(delays) if delays else None,
         "sources": len({o["source"] for o in objs}),
         "collapses": len(col),
         "caught": sum(bool(o["caught"]) for o in col),
@@ -75,44 +113,69 @@ def totals(objs: Sequence[dict]) -> dict:
     }
 
 
-def _pct(a: int, b: int) -> str:
+def pct(a: int, b: int) -> str:
     return f"{a}/{b} ({100 * a / b:.0f} %)" if b else "-"
 
 
 def _row(label: str, t: dict) -> str:
     w = t["warnings_per_100_stable_steps"]
     return (
-        f"| {label} | {t['runs']} | {_pct(t['caught'], t['collapses'])} | "
-        f"{_pct(t['stable_held_paged'], t['stable_held'])} | "
-        f"{_pct(t['stable_exploded_paged'], t['stable_exploded'])} | "
-        f"{'-' if w is None else f'{w:.2f}'} |"
+        f"| {label} | {t['runs']} | {pct(t['caught'], t['collapses'])} | "
+        f"{pct(t['stable_held_paged'], t['stable_held'])} | "
+        f"{pct(t['stable_exploded_paged'], t['stable_exploded'])} | "
+        f"{'-' if w is None else f'{w:.2f}'} | {t['too_early']} | "
+        f"{pct(t['caught_rest'], t['collapses'] - t['too_early'])} | "
+        f"{_dash(t['median_critical_delay'])} ({t['paged_after_onset']}/{t['collapses']}) |"
     )
 
 
 HEAD = [
     f"| monitor · set | runs | collapses caught (≥ {LEAD_GOAL} steps early, no critical > "
     f"{EARLY_PAGE} before) | stable paged (grad norm held) | stable paged (grad norm ≥ "
-    f"{EXPLODED:g}×, outcome held) | warnings / 100 stable steps |",
-    "|---|---|---|---|---|---|",
+    f"{EXPLODED:g}×, outcome held) | warnings / 100 stable steps | collapses too early "
+    "for a lead | caught, of the rest | median delay of the first critical after the onset "
+    "(paged after it) |",
+    "|---|---|---|---|---|---|---|---|---|",
 ]
 
 
-def section(objs: dict[str, list[dict]]) -> tuple[list[str], dict]:
-    """Markdown lines leading detection.md, and the JSON totals (per monitor and fold)."""
-    folds = {
+def section(
+    objs: dict[str, list[dict]], swapped: list[dict], swapped_table: list[str]
+) -> tuple[list[str], dict]:
+    """Markdown lines leading detection.md, and the JSON totals (per monitor and fold,
+    and per direction of the swapped folds: `folds.cross`, drawn as `swapped_table`)."""
+    folds: dict = {
         m: {f: totals([o for o in v if o["fold"] == f]) for f in ("report", "tune")}
         for m, v in objs.items()
     }
     lines = [
         "## Public runs of other trainers (bench/data/real; split by repository into folds)",
         "",
-        "The defaults were chosen on the tuning fold only; the report fold was scored after.",
+        "Fold A (`tune`) and fold B (`report`) split the public runs by repository. The "
+        "defaults (below) were frozen before the report fold was scored.",
         "",
         *HEAD,
     ]
     for fold in ("report", "tune"):
         for m in objs:
-            lines.append(_row(f"{m} · {fold} fold", folds[m][fold]))
+            lines.append(_row(f"{m} · {fold} fold (defaults)", folds[m][fold]))
+    lines += [
+        "",
+        DEFINITIONS,
+        "",
+        "Swapped folds: the breakdown rule's free parameters (`extreme` × `sharpening_drop`, "
+        "bench/detection/folds.py) chosen on one fold, scored on the other:",
+        "",
+        *swapped_table,
+        "",
+        "The shipped defaults are the point fold A chose (`folds.FROZEN`): fold A holds 22 of "
+        "the 26 public collapses and 65 of the stable runs, so its choice rests on the most "
+        "evidence; when both folds choose the same point, as here, it is also fold B's. The "
+        "mechanisms themselves (warm-ups in steps, the starting level as a reference) were "
+        "designed by reading fold A's streams only, so B → A is a swap of the two parameters, "
+        "not of the design.",
+    ]
+    folds["cross"] = swapped
     by_source: dict[str, list[dict]] = defaultdict(list)
     for o in objs["ours"]:
         by_source[o["source"]].append(o)

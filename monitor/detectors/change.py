@@ -19,6 +19,11 @@ from monitor.detectors.base import Gate, fmt, median, reading, robust_z
 from monitor.detectors.rules import ChangeRule
 from monitor.store.records import AlertDraft, Cleared
 
+MAX_STRIDE = 10
+"""A gap longer than this (a resumed run) is not the logging stride."""
+MIN_BASELINE_POINTS = 5
+"""A baseline is never shorter than this many logged points, however sparse the log."""
+
 
 class ChangeDetector:
     """One `ChangeRule` on one metric."""
@@ -31,6 +36,13 @@ class ChangeDetector:
         self._gate = Gate(rule.persist, rule.clear_after, rule.cooldown)
         self._open_for = 0  # points since the open alert fired
         self._span: tuple[int, int] | None = None  # anchored: steps of its first and last points
+        self._prev_step: int | None = None
+        self._stride = 1  # steps between the last two points (a log every k steps)
+
+    def _points(self, steps: int, least: int) -> int:
+        """A count of steps (warm-up, baseline, gap) in logged points at this run's
+        logging stride, never fewer than `least` (the same count when every step logs)."""
+        return max(least, math.ceil(steps / self._stride)) if steps else 0
 
     def _read(self, x: float) -> float:
         r = self.rule
@@ -44,8 +56,8 @@ class ChangeDetector:
         baseline is too short. change: a factor (log scale) or a difference (linear),
         positive in the rule's direction."""
         r = self.rule
-        base = list(self._history)[: max(0, len(self._history) - r.gap)]
-        if len(base) < r.min_baseline:
+        base = list(self._history)[: max(0, len(self._history) - self._points(r.gap, 1))]
+        if len(base) < self._points(r.min_baseline, MIN_BASELINE_POINTS):
             return None
         sign = 1.0 if r.direction == "up" else -1.0
         recent = median(list(self._recent))
@@ -60,6 +72,9 @@ class ChangeDetector:
         if x is None or (r.skip_floor and x <= r.floor and not self._gate.open):
             return []
         self._n += 1
+        if self._prev_step is not None:
+            self._stride = max(1, min(step - self._prev_step, MAX_STRIDE))
+        self._prev_step = step
         v = self._read(x)
         self._recent.append(v)
         s = self.score()
@@ -87,7 +102,11 @@ class ChangeDetector:
             return out  # nor does a value seen while the alert is open
         self._gate.quiet()
         anchor_full = r.anchored and len(self._history) >= r.window
-        if self._n > r.warmup and (s is None or s[0] < r.admit_z) and not anchor_full:
+        if (
+            self._n > self._points(r.warmup, 1)
+            and (s is None or s[0] < r.admit_z)
+            and not anchor_full
+        ):
             if r.anchored:  # where the early level was learned, for the message
                 self._span = (self._span[0] if self._history and self._span else step, step)
             self._history.append(v)  # only unremarkable values teach the baseline

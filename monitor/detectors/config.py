@@ -182,7 +182,7 @@ class DetectorsConfig:
     reward_collapse: DropRule = DropRule("reward/mean", R_COLLAPSE)
     """Smoothed training reward lost half of its gain: the collapse itself."""
     eval_collapse: DropRule = DropRule(
-        "eval/acc", R_COLLAPSE, ewma_alpha=0.5, warmup=3, from_start=True
+        "eval/acc", R_COLLAPSE, ewma_alpha=0.5, warmup=3, unit="point", from_start=True
     )
     """Held-out accuracy lost half of its gain."""
     nonfinite: NonFiniteRule = NonFiniteRule()

@@ -1,11 +1,15 @@
 """Drop detector: an outcome (reward, held-out accuracy) falling from its peak.
 
 Reward is noisy per step, so it is smoothed by an EWMA first; the peak is the running
-maximum of that EWMA after warm-up (and the first value, for a rule `from_start`: a run
-falling below where it started has collapsed too), and the drop is measured as the share
-of the gain over a know-nothing policy (`zero`, or the EWMA's lowest level before the peak
-when the outcome's scale goes below it: +1/−1 rewards) that has been lost. Higher is
-assumed better.
+maximum of that EWMA after warm-up (and the first value, for a rule `from_start`), and
+the drop is measured as the share of the gain over a know-nothing policy (`zero`, or the
+EWMA's lowest level before the peak when the outcome's scale goes below it: +1/−1
+rewards) that has been lost. Higher is assumed better.
+
+Warm-up and smoothing count training steps (`DropRule.unit`): a trainer that logs every k
+steps ends its warm-up after as many steps, not k times later. The run's starting level
+counts as a peak, so a run that dies from the start has lost its gain even though the
+warm-up never saw it rise.
 """
 
 from __future__ import annotations
@@ -25,6 +29,12 @@ class DropDetector:
     def __init__(self, name: str, rule: DropRule) -> None:
         self.name, self.rule = name, rule
         self._n = 0
+        self._steps_seen = 0  # training steps the points cover (`unit`)
+        self._after = 0  # points since the warm-up ended
+        self._alpha = rule.ewma_alpha  # the smoothing of the last point (per point)
+        self._prev_step: int | None = None
+        self._start: list[float] = []  # the first `min_warmup` raw values
+        self._from_start = 0.0  # the share of the starting level's gain lost
         self._ewma: float | None = None  # None until the first point
         self._peak = -math.inf
         self._peak_step = 0
@@ -42,6 +52,7 @@ class DropDetector:
         x = reading(scalars, r.metric)
         if x is None:
             return []
+        k = self._span(step)
         a = r.ewma_alpha
         self._ewma = x if self._ewma is None else a * x + (1 - a) * self._ewma
         self._lowest = min(self._lowest, self._ewma)
@@ -52,18 +63,25 @@ class DropDetector:
         if r.from_start and self._n == 1:  # the starting level counts as a peak
             self._peak, self._peak_step = self._ewma, step
             self._low = min(r.zero, self._lowest)
-        if self._n <= r.warmup:
+        self._steps_seen += k
+        if len(self._start) < r.min_warmup:
+            self._start.append(x)
+        warm = self._n <= r.warmup and self._steps_seen <= r.warmup
+        if warm or self._n <= r.min_warmup:
             return []
+        self._after += 1
         if self._ewma > self._peak:
             self._peak, self._peak_step = self._ewma, step
             self._low = min(r.zero, self._lowest)
-        gain = self._peak - self._low
-        if gain < r.min_peak_gain:
-            return []
-        fall = self._peak - self._ewma
         # the guard decides whether a fall is one; an open alert clears on the fall itself
-        significant = self._gate.open or fall >= self.noise_k() * self.noise()
-        drop = self.drop = fall / gain if significant else 0.0
+        drop = self._lost(self._peak, self._low, self.noise())
+        if r.unit == "step" and self._start:  # where the run began is a reference too
+            start = sorted(self._start)[len(self._start) // 2]
+            self._from_start = self._lost(start, r.zero, self.noise(True))
+            drop = max(drop, self._from_start)
+        if self._peak - self._low < r.min_peak_gain and not self._from_start:
+            return []
+        self.drop = drop
         severity: Severity | None = None
         if drop >= r.crit_drop:
             severity = "critical"
@@ -75,19 +93,42 @@ class DropDetector:
             return [Cleared(self.name, r.metric)]
         return []
 
-    def noise(self) -> float:
+    def _lost(self, peak: float, low: float, noise: float) -> float:
+        """The share of the gain from `low` to `peak` lost, 0 within the noise guard."""
+        gain, fall = peak - low, peak - self._ewma
+        if gain < self.rule.min_peak_gain or self._ewma is None:
+            return 0.0
+        significant = self._gate.open or fall >= self.noise_k() * noise
+        return fall / gain if significant else 0.0
+
+    def _span(self, step: int) -> int:
+        """Steps this point stands for: 1 per point (`unit` point, or the first point),
+        else the steps since the last one, at most the warm-up (a resumed run's gap)."""
+        prev, self._prev_step = self._prev_step, step
+        if self.rule.unit == "point" or prev is None:
+            return 1
+        return max(1, min(step - prev, self.rule.warmup))
+
+    def noise(self, from_start: bool = False) -> float:
         """σ_e: the standard deviation the EWMA would have on a flat outcome with the raw
         outcome's step-to-step noise (i.i.d. noise of SD σ gives E|Δx| = 2σ/√π), 0 until
         10 changes have been seen. σ is estimated from k changes, so it is taken one
         standard error high: |Δx| has a coefficient of variation √(π/2 − 1) ≈ 0.76, the
         mean of k of them 0.76/√k (+24 % at k = 10, +8 % at 100): early in a run, when
-        few changes are known, an underestimate would let noise page."""
+        few changes are known, an underestimate would let noise page. `from_start`: the
+        peak is the starting level, whose own error adds."""
         if len(self._steps) < 10:
             return 0.0
-        a, k = self.rule.ewma_alpha, len(self._steps)
+        a, k = self._alpha, len(self._steps)
         sigma = math.sqrt(math.pi / 4) * sum(self._steps) / k
         sigma *= 1 + math.sqrt(math.pi / 2 - 1) / math.sqrt(k)
-        return sigma * math.sqrt(a / (2 - a))
+        ewma = sigma * math.sqrt(a / (2 - a))
+        if not from_start:
+            return ewma
+        # a fall from the starting level: that median of a few raw values has its own
+        # error (√(π/2)·σ/√n for a median of n), added to the EWMA's
+        start = sigma * math.sqrt(math.pi / 2 / len(self._start))
+        return math.hypot(ewma, start)
 
     def noise_k(self) -> float:
         """How many σ_e a fall must exceed: the expected peak-to-trough range of a flat
@@ -96,8 +137,8 @@ class DropDetector:
         the EWMA's correlation time being (2 − α)/α steps), plus `drawdown_margin`, and
         never less than `noise_z`. It grows with the run, slowly: 4 (`noise_z`) for ~30
         steps after warm-up, 6.2 after 200 steps of α = 0.1, 7.2 after 600, 8.1 after 2000."""
-        r = self.rule
-        m = max((self._n - r.warmup) * r.ewma_alpha / (2 - r.ewma_alpha), 1.0)
+        r, a = self.rule, self._alpha
+        m = max(self._after * a / (2 - a), 1.0)
         return max(r.noise_z, r.drawdown_margin + 2 * math.sqrt(2 * math.log(m)))
 
     def _draft(self, x: float, drop: float, severity: Severity) -> AlertDraft:

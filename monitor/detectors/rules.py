@@ -82,6 +82,8 @@ class ChangeRule:
     least `min_change` (log scale: a factor e.g. 2 = doubled/halved; linear: an absolute
     difference); it fires after holding for `persist` consecutive points, and clears after
     `clear_after` points with z < `z_clear`. `cooldown` points pass before it refires.
+    `warmup`, `min_baseline` and `gap` count steps: a run logged every k steps reaches them
+    in 1/k as many points (at least 5 in the baseline), not k times later.
     """
 
     metric: str
@@ -148,7 +150,15 @@ class DropRule:
     ewma_alpha: float = 0.1
     """Smoothing of the noisy per-step outcome (1.0 = none)."""
     warmup: int = 20
-    """Observations before the peak is tracked."""
+    """Steps (`unit`) before the peak is tracked."""
+    min_warmup: int = 3
+    """Never fewer logged points of warm-up; their median is the run's starting level,
+    which counts as a peak (`unit` step): a run that falls below where it began has lost
+    its gain even if it never rose."""
+    unit: Literal["step", "point"] = "step"
+    """step: warm-up and smoothing count training steps (a log every k steps, each point a
+    mean over k steps, counts k per point); point: each logged value counts one (an
+    evaluation, whatever its interval)."""
     zero: float = 0.0
     """The outcome of a policy that learned nothing (0 for 0/1 rewards)."""
     min_peak_gain: float = 0.05
@@ -203,11 +213,11 @@ class BreakdownRule:
     min_signals: int = 3
     outcome_drop: float = 0.25
     horizon: int = 30
-    extreme: float = 100.0
+    extreme: float = 1000.0
     """Joint precursors page without the outcome only with evidence that the run is
     getting worse, not merely changing: a setting among them (`causes`), or one signal at
     least this many times its baseline (a jump of orders of magnitude). 0: any joint set."""
-    sharpening_drop: float = 0.1
+    sharpening_drop: float = 0.25
     """A `sharpening` rule's alert is info until the outcome has lost this share of its
     gain (and the run is getting worse, not sharpening)."""
     outcome: tuple[str, ...] = ("reward/mean", "eval/acc")
