@@ -13,6 +13,8 @@ import importlib
 import importlib.util
 import sys
 
+from core.commands import usage
+
 # name -> (module, one-line help); the module is imported only when its command runs.
 # analyze, export, repair, import, dashboard and prometheus-rules must not import torch.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -61,11 +63,7 @@ def _install_hint(command: str, missing: list[str]) -> str:
 
 
 def _usage() -> str:
-    width = max(map(len, COMMANDS))
-    lines = ["usage: minirl COMMAND [ARGS...]", "", "commands:"]
-    lines += [f"  {name.ljust(width)}  {help_}" for name, (_, help_) in COMMANDS.items()]
-    lines += ["", "Run `minirl COMMAND --help` for the options of one command."]
-    return "\n".join(lines)
+    return usage("minirl", "COMMAND", "command", COMMANDS)
 
 
 def main(argv: list[str] | None = None) -> int:

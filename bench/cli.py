@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 
+from core.commands import usage
 from core.errors import UserError
 
 # name -> (module, one-line help)
@@ -41,11 +42,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
 
 
 def _usage() -> str:
-    width = max(map(len, BENCHMARKS))
-    lines = ["usage: minirl bench NAME [ARGS...]", "", "benchmarks:"]
-    lines += [f"  {name.ljust(width)}  {help_}" for name, (_, help_) in BENCHMARKS.items()]
-    lines += ["", "Run `minirl bench NAME --help` for the options of one benchmark."]
-    return "\n".join(lines)
+    return usage("minirl bench", "NAME", "benchmark", BENCHMARKS)
 
 
 def main(argv: list[str]) -> int:

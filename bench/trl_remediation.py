@@ -13,7 +13,6 @@ verdicts.py): *rescued* and *worse*, the latter beside the do-nothing forks' sha
 (bench/results/remediation_noise.json). Writes bench/results/trl_remediation.md/.json.
 """
 
-
 from __future__ import annotations
 
 import argparse
@@ -28,6 +27,7 @@ from typing import Any
 
 from bench import RESULTS
 from bench.detection import corpus
+from bench.remediation.results import read_logged
 from bench.remediation.verdicts import TOLERANCE, Arm, Pair, judge
 from core.errors import UserError
 from monitor.store.reader import RunReader
@@ -118,19 +118,13 @@ def train_arm(
 
 def read_arm(out: Path, name: str, final: float) -> Arm:
     """One run's outcome (the detection benchmark's collapse rule) and its actions."""
-    with RunReader(out / "run") as reader:
-        series = reader.scalars(reader.metric_names())
-        alerts = reader.alerts(min_severity="warning")
-        actions = [a for a in reader.actions() if a.source == "policy"]
-    stream: dict[int, dict[str, float]] = {}
-    for metric, (s, v) in series.items():
-        for step, value in zip(s.tolist(), v.tolist(), strict=True):
-            stream.setdefault(step, {})[metric] = value
+    logged = read_logged(out / "run")
+    series, alerts, actions = logged.series, logged.alerts, logged.actions
     with RunReader(out / "run") as reader:
         undone = [(e.detail["to_step"], e.detail["step"]) for e in reader.events("rollback")]
     kept = [
         (step, row)
-        for step, row in sorted(stream.items())
+        for step, row in sorted(logged.rows.items())
         if not any(to < step <= at for to, at in undone)
     ]
     run = corpus.label_run(corpus.Run(name, "trl", "report", kept, None))

@@ -18,6 +18,7 @@ records; nothing here draws or reads.
 from __future__ import annotations
 
 import itertools
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -191,26 +192,25 @@ def short(kind: str, params: dict) -> str:
         return f"{SWITCHES[kind]} {'on' if p['enabled'] else 'off'}"
     if kind == "set_is_policy":
         return f"IS {p.get('policy')}" + (f" cap {p['cap']:g}" if "cap" in p else "")
-    if kind == "set_routing_replay":
-        return f"replay {p.get('mode')}"
-    if kind == "set_mini_batches":
-        return f"mini-batches {p.get('n')}"
-    if kind == "set_mini_batches_cap":
-        return f"mini-batches ≤ {p.get('n')}"
-    if kind == "scale_lr":
-        return f"lr ×{p.get('factor')}"
+    if kind in ONE_VALUE:
+        return ONE_VALUE[kind].format_map(defaultdict(lambda: None, p))
     if kind == "set_lr_cap" and "lr" in p:
         return f"lr cap {p['lr']:.2g}"
-    if kind == "set_rollout_quant":
-        return f"rollouts {p.get('weight_quant')}"
-    if kind == "set_rollout_quant_floor":
-        return f"rollouts ≥ {p.get('weight_quant')}"
     if kind == "advice":
         return f"advice: resume from step {p['step']}" if "step" in p else "advice"
     return kind
 
 
 SWITCHES = {"set_is_correction": "IS", "set_clip": "clip", "set_length_norm": "length norm"}
+ONE_VALUE = {
+    "set_routing_replay": "replay {mode}",
+    "set_mini_batches": "mini-batches {n}",
+    "set_mini_batches_cap": "mini-batches ≤ {n}",
+    "scale_lr": "lr ×{factor}",
+    "set_rollout_quant": "rollouts {weight_quant}",
+    "set_rollout_quant_floor": "rollouts ≥ {weight_quant}",
+}
+"""Actions shown by one parameter: kind -> its words (a missing parameter shows as None)."""
 
 
 def action_marks(actions: Iterable[Action], last_step: int | None) -> list[Mark]:

@@ -109,57 +109,64 @@ def _error(tmp_path, text: str = "", overrides=()) -> str:
 
 
 @pytest.mark.parametrize(
-    ("text", "overrides", "expected"),
+    ("text", "expected"),
     [
         # unknown keys, with the section's keys and a suggestion
-        ("trian: {steps: 3}\n", (), "config key 'trian' is unknown (did you mean 'train'?)"),
-        ("train: {step: 3}\n", (), "'train.step' is unknown (did you mean 'steps'?)"),
-        ("", ["train.lr=1"], "'train.lr' is unknown"),
+        ("trian: {steps: 3}\n", "config key 'trian' is unknown (did you mean 'train'?)"),
+        ("train: {step: 3}\n", "'train.step' is unknown (did you mean 'steps'?)"),
         # wrong types, against the dataclass type hints
-        ("train: {steps: ten}\n", (), "'train.steps': expected an integer, got 'ten' (str)"),
-        ("train: {steps: 1.5}\n", (), "'train.steps': expected an integer, got 1.5 (float)"),
-        ("train: {steps: true}\n", (), "'train.steps': expected an integer, got True (bool)"),
-        ("loss: {clip: 1}\n", (), "'loss.clip': expected true or false, got 1 (int)"),
-        ("name: 7\n", (), "'name': expected a string, got 7 (int)"),
-        ("train: 5\n", (), "'train': expected a mapping of keys, got 5 (int)"),
-        ("optim: {lr: [1]}\n", (), "'optim.lr': expected a number, got [1] (list)"),
+        ("train: {steps: ten}\n", "'train.steps': expected an integer, got 'ten' (str)"),
+        ("train: {steps: 1.5}\n", "'train.steps': expected an integer, got 1.5 (float)"),
+        ("train: {steps: true}\n", "'train.steps': expected an integer, got True (bool)"),
+        ("loss: {clip: 1}\n", "'loss.clip': expected true or false, got 1 (int)"),
+        ("name: 7\n", "'name': expected a string, got 7 (int)"),
+        ("train: 5\n", "'train': expected a mapping of keys, got 5 (int)"),
+        ("optim: {lr: [1]}\n", "'optim.lr': expected a number, got [1] (list)"),
         # Literal
-        ("train: {routing_replay: R4}\n", (), "expected one of 'none', 'R2', 'R3', got 'R4'"),
+        ("train: {routing_replay: R4}\n", "expected one of 'none', 'R2', 'R3', got 'R4'"),
         # tuples: length and item type
-        ("loss: {band: [1]}\n", (), "'loss.band': expected a list of 2 items"),
-        ("cold_start: {betas: [0.9, x]}\n", (), "'cold_start.betas[1]': expected a number"),
+        ("loss: {band: [1]}\n", "'loss.band': expected a list of 2 items"),
+        ("cold_start: {betas: [0.9, x]}\n", "'cold_start.betas[1]': expected a number"),
         # Optional
-        ("eval: {max_new_tokens: x}\n", (), "'eval.max_new_tokens': expected an integer or null"),
+        ("eval: {max_new_tokens: x}\n", "'eval.max_new_tokens': expected an integer or null"),
         # invalid values, raised by each dataclass's __post_init__
         (
             "train: {mini_batches: 3}\n",
-            (),
             "'train.mini_batches': 3 is invalid; allowed: an "
             "integer >= 1 that divides prompts_per_step=16",
         ),
-        ("eval: {samples: 0}\n", (), "'eval.samples': 0 is invalid; allowed: an integer >= 1"),
-        ("task: {heldout_frac: 1.5}\n", (), "'task.heldout_frac': 1.5 is invalid"),
-        ("loss: {eps_low: 2}\n", (), "config key 'loss': "),  # LossConfig's own message
-        ("engine: {kv_cache_bytes: 5}\n", (), "config key 'engine': kv_cache_bytes=5: must be"),
-        ("model: {head_dim: 48}\n", (), "config key 'model': head_dim=48"),
-        ("monitor: {nope: 1}\n", (), "config key 'monitor.nope' is unknown"),
+        ("eval: {samples: 0}\n", "'eval.samples': 0 is invalid; allowed: an integer >= 1"),
+        ("task: {heldout_frac: 1.5}\n", "'task.heldout_frac': 1.5 is invalid"),
+        ("loss: {eps_low: 2}\n", "config key 'loss': "),  # LossConfig's own message
+        ("engine: {kv_cache_bytes: 5}\n", "config key 'engine': kv_cache_bytes=5: must be"),
+        ("model: {head_dim: 48}\n", "config key 'model': head_dim=48"),
+        ("monitor: {nope: 1}\n", "config key 'monitor.nope' is unknown"),
         # checks that span sections
-        ("sampling: {n: 1}\n", (), "'sampling.n': 1 is invalid; allowed: an integer >= 2"),
+        ("sampling: {n: 1}\n", "'sampling.n': 1 is invalid; allowed: an integer >= 2"),
         (
             "task: {kind: add_trace}\n",
-            (),
             "'sampling.max_new_tokens': 16 is invalid; allowed: "
             ">= 22, the longest add_trace target at digits=2 plus EOS",
         ),
         (
             "eval: {max_new_tokens: 3}\n",
-            (),
             "'eval.max_new_tokens': 3 is invalid; allowed: null or >= 4",
         ),
         # the file itself
-        ("- a\n- b\n", (), "expected a mapping of sections, got list"),
-        ("train: {steps: 3\n", (), "not valid YAML at line 2"),
-        # malformed overrides
+        ("- a\n- b\n", "expected a mapping of sections, got list"),
+        ("train: {steps: 3\n", "not valid YAML at line 2"),
+    ],
+)
+def test_config_file_errors_are_one_clear_line(tmp_path, text, expected):
+    message = _error(tmp_path, text)
+    assert expected in message, message
+
+
+@pytest.mark.parametrize(
+    ("text", "overrides", "expected"),
+    [
+        # an unknown key, a malformed override, a value where a section is
+        ("", ["train.lr=1"], "'train.lr' is unknown"),
         ("", ["train.steps"], "expected KEY=VALUE"),
         ("", ["=3"], "expected KEY=VALUE"),
         ("", ["train..steps=1"], "expected KEY=VALUE"),
@@ -168,7 +175,7 @@ def _error(tmp_path, text: str = "", overrides=()) -> str:
         ("", ["train.steps.x=1"], "'train.steps': expected an integer, got {'x': 1} (dict)"),
     ],
 )
-def test_errors_are_one_clear_line(tmp_path, text, overrides, expected):
+def test_override_errors_are_one_clear_line(tmp_path, text, overrides, expected):
     message = _error(tmp_path, text, overrides)
     assert expected in message, message
 

@@ -9,10 +9,12 @@ pinned on a stream whose numbers give the score by hand.
 
 from __future__ import annotations
 
+from rule_factory import linear_rule
+
 from monitor.detectors.base import Gate
 from monitor.detectors.breakdown import BreakdownDetector, blame_rank
 from monitor.detectors.change import ChangeDetector
-from monitor.detectors.rules import SETTINGS, BreakdownRule, ChangeRule
+from monitor.detectors.rules import SETTINGS, BreakdownRule
 from monitor.store.records import AlertDraft, Cleared, Factor
 
 RULE = BreakdownRule()  # min_signals 3, horizon 30, outcome_drop 0.25, extreme 1000
@@ -139,21 +141,8 @@ def test_blame_rank_tiers():
 def probe(admit_z: float = 2.0) -> ChangeDetector:
     """Linear scale, spread floored at 1, no warm-up, gap, smoothing or persistence: the
     score of x against a baseline of zeros is x itself."""
-    rule = ChangeRule(
-        "x/m",
-        "optimisation",
-        "up",
-        "",
-        scale="linear",
-        warmup=0,
-        gap=0,
-        recent=1,
-        persist=1,
-        min_change=0.0,
-        sigma_floor=1.0,
-        admit_z=admit_z,
-        min_baseline=10,
-        window=40,
+    rule = linear_rule(
+        "optimisation", "", warmup=0, gap=0, admit_z=admit_z, min_baseline=10, window=40
     )
     return ChangeDetector("probe", rule)
 

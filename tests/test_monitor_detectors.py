@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from rule_factory import linear_rule
 
 from core.errors import UserError
 from monitor.config import MonitorConfig
@@ -119,24 +120,8 @@ def test_robust_z_matches_a_hand_computation():
 
 
 # ---------------------------------------------------------------------------- change rule
-SIMPLE = ChangeRule(
-    "x/m",
-    "train_inference",
-    "up",
-    "fix it",
-    scale="linear",
-    warmup=10,
-    window=40,
-    gap=3,
-    min_baseline=15,
-    recent=1,
-    z=6.0,
-    min_change=0.0,
-    sigma_floor=1.0,
-    persist=1,
-    z_clear=3.0,
-    clear_after=2,
-    cooldown=5,
+SIMPLE = linear_rule(
+    warmup=10, window=40, gap=3, min_baseline=15, z=6.0, z_clear=3.0, clear_after=2, cooldown=5
 )
 
 
@@ -214,21 +199,13 @@ def test_change_clears_with_hysteresis_then_cools_down():
     assert cleared(ev, "mismatch_kl") == [12]
 
 
+AT_ONCE = {"warmup": 0, "min_baseline": 5, "gap": 0, "recent": 1, "persist": 1}
+"""No warm-up, gap, smoothing or persistence, 5 points of baseline: a rule that scores
+each point as it comes."""
+
+
 def test_log_scale_rules_need_the_fold_as_well_as_the_score():
-    rule = ChangeRule(
-        "x/m",
-        "staleness",
-        "up",
-        "fix",
-        floor=1e-4,
-        warmup=0,
-        min_baseline=5,
-        gap=0,
-        recent=1,
-        persist=1,
-        z=6.0,
-        min_change=2.0,
-    )
+    rule = ChangeRule("x/m", "staleness", "up", "fix", floor=1e-4, z=6.0, min_change=2.0, **AT_ONCE)
     zeros = [0.0] * 10  # on-policy staleness: exactly 0, read as the floor 1e-4
     assert not fired(run(stream([*zeros, 1.9e-4]), change_only(rule), only="mismatch_kl"))
     ev = run(stream([*zeros, 1e-2]), change_only(rule), only="mismatch_kl")
@@ -264,19 +241,8 @@ def test_verl_probability_difference_rising_is_a_training_inference_precursor():
 
 
 def test_an_anchored_baseline_catches_a_slow_drift_that_a_moving_one_absorbs():
-    knobs = {"warmup": 0, "window": 5, "gap": 0, "min_baseline": 5, "recent": 1, "persist": 1}
-    rule = ChangeRule(
-        "x/m",
-        "train_inference",
-        "up",
-        "fix",
-        floor=1e-4,
-        z=3.0,
-        min_change=2.0,
-        sigma_floor=0.2,
-        anchored=True,
-        **knobs,
-    )
+    knobs = {"floor": 1e-4, "z": 3.0, "min_change": 2.0, "sigma_floor": 0.2, "window": 5}
+    rule = ChangeRule("x/m", "train_inference", "up", "fix", anchored=True, **knobs, **AT_ONCE)
     # 5 points at 1.0 (the anchor: log-median 0, MAD 0 → the floor 0.2), then ×1.1 a step:
     # point i ≥ 5 is 1.1^(i−4), first ≥ 2 (the fold) at i = 12 (1.1^8 = 2.14; 1.1^7 = 1.95)
     values = [1.0] * 5 + [1.1 ** (i - 4) for i in range(5, 40)]

@@ -23,35 +23,39 @@ def test_importing_the_integration_loads_nothing_heavy():
     assert out.returncode == 0, out.stderr
 
 
-def test_grpo_trainer_feeds_the_monitor(tmp_path, monkeypatch):
-    monkeypatch.setenv("DISABLE_MLFLOW_INTEGRATION", "TRUE")  # TRL imports mlflow if present
-    trl = pytest.importorskip("trl")
-    datasets = pytest.importorskip("datasets")
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from monitor.integrations.trl import MinirlCallback
+@pytest.fixture(scope="module")
+def tiny_ckpt(tmp_path_factory):
+    pytest.importorskip("trl")
     from trainer.models.build import build_tiny_checkpoint
     from trainer.models.config import ModelConfig
 
-    ckpt = build_tiny_checkpoint(ModelConfig(arch="qwen3"), tmp_path / "ckpt")
+    return build_tiny_checkpoint(ModelConfig(arch="qwen3"), tmp_path_factory.mktemp("ckpt"))
+
+
+def _digits(prompts, completions, **_):
+    return [sum(c.isdigit() for c in text) / max(len(text), 1) for text in completions]
+
+
+def _trainer(ckpt, out, callbacks, steps, reward=_digits, **cfg):
+    """A real GRPOTrainer on the tiny local model (CPU, no vLLM), one prompt per step."""
+    import datasets
+    import torch
+    import trl
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(ckpt)
     data = datasets.Dataset.from_list([{"prompt": f"{i}+{i}="} for i in range(16)])
-
-    def digits(prompts, completions, **_):
-        return [sum(c.isdigit() for c in text) / max(len(text), 1) for text in completions]
-
-    args = trl.GRPOConfig(
-        output_dir=str(tmp_path / "out"),
+    base = dict(
+        output_dir=str(out),
         report_to="none",
         save_strategy="no",
         logging_steps=1,
         disable_tqdm=True,
         use_cpu=True,
         seed=0,
-        max_steps=STEPS,
+        max_steps=steps,
         per_device_train_batch_size=4,
         num_generations=4,
         max_completion_length=6,
@@ -60,16 +64,22 @@ def test_grpo_trainer_feeds_the_monitor(tmp_path, monkeypatch):
         learning_rate=1e-3,
         dataloader_num_workers=0,
     )
-    callback = MinirlCallback(tmp_path / "run")
-    trainer = trl.GRPOTrainer(
+    args = trl.GRPOConfig(**{**base, **cfg})
+    return trl.GRPOTrainer(
         model=model,
-        reward_funcs=[digits],
+        reward_funcs=[reward],
         args=args,
         train_dataset=data,
         processing_class=tokenizer,
-        callbacks=[callback],
+        callbacks=callbacks,
     )
-    trainer.train()
+
+
+def test_grpo_trainer_feeds_the_monitor(tiny_ckpt, tmp_path, monkeypatch):
+    monkeypatch.setenv("DISABLE_MLFLOW_INTEGRATION", "TRUE")  # TRL imports mlflow if present
+    from monitor.integrations.trl import MinirlCallback
+
+    _trainer(tiny_ckpt, tmp_path / "out", [MinirlCallback(tmp_path / "run")], STEPS).train()
 
     with RunReader(tmp_path / "run") as reader:
         names = set(reader.metric_names())
@@ -139,58 +149,6 @@ def test_vllm_metrics_mapped_and_resume_from_checkpoint(tmp_path):
 
 
 # ---------------------------------------------------------------- remediation (issue 43)
-
-
-@pytest.fixture(scope="module")
-def tiny_ckpt(tmp_path_factory):
-    pytest.importorskip("trl")
-    from trainer.models.build import build_tiny_checkpoint
-    from trainer.models.config import ModelConfig
-
-    return build_tiny_checkpoint(ModelConfig(arch="qwen3"), tmp_path_factory.mktemp("ckpt"))
-
-
-def _digits(prompts, completions, **_):
-    return [sum(c.isdigit() for c in text) / max(len(text), 1) for text in completions]
-
-
-def _trainer(ckpt, out, callbacks, steps, reward=_digits, **cfg):
-    """A real GRPOTrainer on the tiny local model (CPU, no vLLM), one prompt per step."""
-    import datasets
-    import torch
-    import trl
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(ckpt)
-    data = datasets.Dataset.from_list([{"prompt": f"{i}+{i}="} for i in range(16)])
-    base = dict(
-        output_dir=str(out),
-        report_to="none",
-        save_strategy="no",
-        logging_steps=1,
-        disable_tqdm=True,
-        use_cpu=True,
-        seed=0,
-        max_steps=steps,
-        per_device_train_batch_size=4,
-        num_generations=4,
-        max_completion_length=6,
-        use_vllm=False,
-        beta=0.0,
-        learning_rate=1e-3,
-        dataloader_num_workers=0,
-    )
-    args = trl.GRPOConfig(**{**base, **cfg})
-    return trl.GRPOTrainer(
-        model=model,
-        reward_funcs=[reward],
-        args=args,
-        train_dataset=data,
-        processing_class=tokenizer,
-        callbacks=callbacks,
-    )
 
 
 def _callback_class():

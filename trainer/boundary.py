@@ -140,15 +140,15 @@ def restore(run: RunState, path: Path, evaluate_after: bool = True) -> float | N
     run.bar.extend(run.last_step - end)  # redone steps (`rollback_redo`) end the run later
     run.set_lr(next_step=False)
     run.engine.update_weights(run.policy.model)
-    if not evaluate_after:
-        return None
+    return held_out(run)["eval/acc"] if evaluate_after else None
+
+
+def held_out(run: RunState) -> dict[str, float]:
+    """eval/* of the inference engine (μ) on the held-out prompts."""
+    max_new = run.cfg.sampling.max_new_tokens
     return evaluate(
-        run.engine,
-        run.policy.tokenizer,
-        run.task,
-        run.cfg.eval,
-        max_new_tokens=run.cfg.sampling.max_new_tokens,
-    )["eval/acc"]
+        run.engine, run.policy.tokenizer, run.task, run.cfg.eval, max_new_tokens=max_new
+    )
 
 
 def verdict_detail(verdict: Verdict) -> dict[str, Any]:

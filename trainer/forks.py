@@ -25,10 +25,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from monitor import RunReader
-from trainer.boundary import _diff, _set_controls, restore, verdict_detail
+from trainer.boundary import _diff, _set_controls, held_out, restore, verdict_detail
 from trainer.checkpoints import list_checkpoints
 from trainer.controls import Controls, Rejected, apply_action
-from trainer.evaluate import evaluate
 from trainer.progress import NoProgress
 from trainer.run_state import RunState
 from trainer.step import NonFiniteBatch, StepResult
@@ -176,12 +175,6 @@ def _fork(run: RunState, k: int, take: Callable[[RunState], StepResult]) -> dict
             values[name].append(result.scalars.get(name))
         changes = detectors.update(run.step, result.scalars)
         alerts += sum(getattr(a, "severity", "info") in ("warning", "critical") for a in changes)
-    acc = evaluate(
-        run.engine,
-        run.policy.tokenizer,
-        run.task,
-        run.cfg.eval,
-        max_new_tokens=run.cfg.sampling.max_new_tokens,
-    )["eval/acc"]
+    acc = held_out(run)["eval/acc"]
     score = acc - ALERT_PENALTY * alerts
     return {"score": score, "eval_acc": acc, "alerts": alerts, "steps": values}

@@ -31,7 +31,7 @@ from core.errors import UserError
 from core.vocabulary import WeightQuant
 from monitor import Monitor
 from monitor.detectors.rules import ROLLOUT_BITS
-from trainer.boundary import apply_actions, induce, rollback
+from trainer.boundary import apply_actions, held_out, induce, rollback
 from trainer.checkpoints import (
     controls_from_data,
     list_checkpoints,
@@ -46,7 +46,7 @@ from trainer.controls import Controls
 from trainer.engines.base import TrainingEngine, WeightSyncError
 from trainer.engines.factory import make_inference_engine, make_training_engine
 from trainer.engines.quant import rollout_bits
-from trainer.evaluate import evaluate, policy_accuracy
+from trainer.evaluate import policy_accuracy
 from trainer.forks import experiment
 from trainer.incidents import due
 from trainer.outcome import collapse
@@ -353,7 +353,7 @@ def _evaluate(run: RunState) -> dict[str, float]:
     """eval/* of the inference engine (μ), plus eval/acc_policy of π if asked for."""
     cfg, policy = run.cfg, run.policy
     max_new = cfg.sampling.max_new_tokens
-    acc = evaluate(run.engine, policy.tokenizer, run.task, cfg.eval, max_new_tokens=max_new)
+    acc = held_out(run)
     if cfg.eval.policy:
         acc["eval/acc_policy"] = policy_accuracy(
             policy.model, policy.tokenizer, run.task, cfg.eval, max_new_tokens=max_new

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 from bench.detection import monitors, real_table
 from bench.detection.corpus import Run
+from bench.markdown import table
 from monitor.detectors.config import DetectorsConfig
 
 GRID = {"extreme": (0.0, 10.0, 100.0, 1000.0), "sharpening_drop": (0.0, 0.05, 0.1, 0.25)}
@@ -92,20 +93,29 @@ def cross(runs: Sequence[Run]) -> list[dict]:
 
 def lines(result: list[dict]) -> list[str]:
     """The markdown table of both directions."""
-    out = [
-        "| chosen on → scored on | extreme | sharpening_drop | caught (scored fold) | stable "
-        "paged, grad norm held | warnings / 100 | on the choosing fold: caught, paged |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    rows = []
     for d in result:
-        t, c = d["totals"], d["chooser_totals"]
+        t, c, point = d["totals"], d["chooser_totals"], d["point"]
         w = t["warnings_per_100_stable_steps"]
-        out.append(
-            f"| {FOLDS[d['chosen_on']]} ({d['chosen_on']}) → {FOLDS[d['scored_on']]} "
-            f"({d['scored_on']}) | {d['point']['extreme']:g} | {d['point']['sharpening_drop']:g} "
-            f"| {real_table.pct(t['caught'], t['collapses'])} | "
-            f"{real_table.pct(t['stable_held_paged'], t['stable_held'])} | "
-            f"{'-' if w is None else f'{w:.2f}'} | {c['caught']}/{c['collapses']}, "
-            f"{c['stable_held_paged']}/{c['stable_held']} |"
+        rows.append(
+            (
+                f"{FOLDS[d['chosen_on']]} ({d['chosen_on']}) → "
+                f"{FOLDS[d['scored_on']]} ({d['scored_on']})",
+                f"{point['extreme']:g}",
+                f"{point['sharpening_drop']:g}",
+                real_table.pct(t["caught"], t["collapses"]),
+                real_table.pct(t["stable_held_paged"], t["stable_held"]),
+                "-" if w is None else f"{w:.2f}",
+                f"{c['caught']}/{c['collapses']}, {c['stable_held_paged']}/{c['stable_held']}",
+            )
         )
-    return out
+    header = (
+        "chosen on → scored on",
+        "extreme",
+        "sharpening_drop",
+        "caught (scored fold)",
+        "stable paged, grad norm held",
+        "warnings / 100",
+        "on the choosing fold: caught, paged",
+    )
+    return table(header, rows)

@@ -28,8 +28,8 @@ from pathlib import Path
 from bench import RESULTS
 from bench.detection import corpus, lab
 from bench.lab import final_eval, policy_eval
+from bench.remediation.results import read_logged, report_pairs
 from bench.remediation.verdicts import TOLERANCE, Arm, Pair, judge, undone_is_worse
-from core.errors import UserError
 from monitor.config import MonitorConfig
 from monitor.store.reader import RunReader
 
@@ -40,16 +40,10 @@ TWINS = {"is_off": "stable_fp4", "r3_off": "stable_4x_r3"}
 def read_arm(run_dir: Path, name: str, with_pi: bool = False) -> Arm:
     """One run's outcome and its remediation history, and π's accuracy where measured
     (`with_pi`: measure it where it is not)."""
-    with RunReader(run_dir) as reader, reader.snapshot():
-        series = reader.scalars(reader.metric_names())
-        alerts = reader.alerts(min_severity="warning")
-        actions = [a for a in reader.actions() if a.source == "policy"]
-    stream: dict[int, dict[str, float]] = {}
-    for metric, (s, v) in series.items():
-        for step, value in zip(s.tolist(), v.tolist(), strict=True):
-            stream.setdefault(step, {})[metric] = value
+    logged = read_logged(run_dir)
+    series, alerts, actions = logged.series, logged.alerts, logged.actions
     run = corpus.label_run(
-        corpus.Run(name, "lab", "report", sorted(stream.items()), incident_step=None)
+        corpus.Run(name, "lab", "report", sorted(logged.rows.items()), incident_step=None)
     )
     evals = []
     if "eval/acc" in series:
@@ -153,12 +147,8 @@ def main(argv: list[str]) -> int:
             twin.last_eval if twin else None,
         )
         pairs.append(judge(pair))
-    if not pairs:
-        raise UserError(f"no finished pairs under {off_dir} and {on_dir}")
     command = "minirl bench remediation " + shlex.join(argv)
-    write(pairs, command.strip(), Path(args.out))
-    print(f"wrote {args.out}")
-    return 0
+    return report_pairs(pairs, write, command, args.out, f"{off_dir} and {on_dir}")
 
 
 def _on_run(rel: Path, on_dir: Path, budget_dir: Path) -> Path | None:

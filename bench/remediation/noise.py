@@ -16,7 +16,6 @@ to bench/results/remediation_noise.md and .json.
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import shutil
 import sqlite3
@@ -27,6 +26,7 @@ from pathlib import Path
 from bench import RESULTS
 from bench.detection import lab
 from bench.lab import final_eval
+from bench.remediation.results import write_page
 from bench.remediation.verdicts import TOLERANCE
 from core.errors import UserError
 
@@ -154,6 +154,4 @@ def write(results: list[dict], command: str, out: Path) -> None:
         f"{(r['forked'] - r['run']) * 100:+.1f} |"
         for r in results
     ]
-    out.write_text("\n".join(lines) + "\n")
-    obj = {"command": command, "tolerance": TOLERANCE, "forks": results}
-    out.with_suffix(".json").write_text(json.dumps(obj, indent=1) + "\n")
+    write_page(out, lines, command, forks=results)

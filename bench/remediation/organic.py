@@ -30,8 +30,8 @@ from pathlib import Path
 
 from bench import REPO, RESULTS
 from bench.detection import lab
+from bench.remediation.results import report_pairs, write_page
 from bench.remediation.verdicts import TOLERANCE
-from core.errors import UserError
 from monitor.analysis.analyze import MIN_POINTS, find_onset
 from monitor.detectors.config import DetectorsConfig
 from monitor.store.reader import RunReader
@@ -189,19 +189,17 @@ def write(pairs: list[OrganicPair], command: str, out: Path) -> None:
             f"{p.rescued} | {p.worse} | {'<br>'.join(p.rollbacks)} | {'<br>'.join(p.forks)} | "
             f"{'<br>'.join(p.actions)} |"
         )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(lines) + "\n")
-    data = {
-        "command": command,
-        "tolerance": TOLERANCE,
-        "chance_worse_share": chance,
-        "worse_share": share,
-        "rescued": len(rescued),
-        "collapsing": len(collapsing),
-        "mean_effect": effect,
-        "pairs": [asdict(p) for p in pairs],
-    }
-    out.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
+    write_page(
+        out,
+        lines,
+        command,
+        chance_worse_share=chance,
+        worse_share=share,
+        rescued=len(rescued),
+        collapsing=len(collapsing),
+        mean_effect=effect,
+        pairs=[asdict(p) for p in pairs],
+    )
 
 
 def _f(x: float | None) -> str:
@@ -235,9 +233,5 @@ def main(argv: list[str]) -> int:
         for n in names
         if lab.finished(off_dir / n / f"seed{s}") and lab.finished(on_dir / n / f"seed{s}")
     ]
-    if not pairs:
-        raise UserError(f"no finished pairs under {off_dir} and {on_dir}")
     command = "minirl bench remediation --organic " + shlex.join(argv)
-    write(pairs, command.strip(), Path(args.out))
-    print(f"wrote {args.out}")
-    return 0
+    return report_pairs(pairs, write, command, args.out, f"{off_dir} and {on_dir}")

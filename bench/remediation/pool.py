@@ -23,6 +23,7 @@ import statistics
 from pathlib import Path
 
 from bench import RESULTS
+from bench.remediation.results import write_page
 from bench.remediation.verdicts import TOLERANCE, undone_is_worse
 from core.errors import UserError
 
@@ -170,18 +171,17 @@ def write(rows: list[dict], noise: tuple[int, int] | None, command: str, out: Pa
     tables = ", ".join(f"`{t}`" for t in sorted({r["table"] for r in rows}))
     lines += ["", f"Tables pooled: {tables}.", ""]
     lines += ["Every pair is in the JSON beside this page (`pairs`): it pools with new tables."]
-    out.write_text("\n".join(lines) + "\n")
-    obj = {
-        "command": command,
-        "tolerance": TOLERANCE,
-        "configs": per,
-        "all": total,
-        "stable_runs": len(stable),
-        "stable_runs_with_an_action": touched,
-        "noise_forks_lower": None if noise is None else {"lower": noise[0], "forks": noise[1]},
-        "pairs": [{k: v for k, v in r.items() if k != "table"} for r in rows],
-    }
-    out.with_suffix(".json").write_text(json.dumps(obj, indent=1) + "\n")
+    write_page(
+        out,
+        lines,
+        command,
+        configs=per,
+        all=total,
+        stable_runs=len(stable),
+        stable_runs_with_an_action=touched,
+        noise_forks_lower=None if noise is None else {"lower": noise[0], "forks": noise[1]},
+        pairs=[{k: v for k, v in r.items() if k != "table"} for r in rows],
+    )
 
 
 def main(argv: list[str]) -> int:

@@ -14,6 +14,8 @@ import time
 from importlib import metadata
 from typing import Any
 
+from bench.markdown import table
+
 TARGET_OVERHEAD = 0.03
 """Issue 7's target: the diagnostics cost under 3 % of the step time."""
 
@@ -197,16 +199,28 @@ def _trl(t: dict[str, Any], cfg: Any) -> list[str]:
 
 
 def _engines(rows: list[dict]) -> list[str]:
-    lines = [
-        "| inference engine | response tokens | tokens/s (wall) | tokens/CPU-s | start s | "
-        "sync s | mismatch/kl_k1 |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        lines.append(
-            f"| {r['engine']} | {r['tokens']} | {r['tok_per_s']:.0f} | {r['tok_per_cpu_s']:.0f} "
-            f"| {r['start_s']:.1f} | {r['sync_s']:.2f} | {r['kl_k1']:.2e} |"
+    header = (
+        "inference engine",
+        "response tokens",
+        "tokens/s (wall)",
+        "tokens/CPU-s",
+        "start s",
+        "sync s",
+        "mismatch/kl_k1",
+    )
+    cells = [
+        (
+            r["engine"],
+            r["tokens"],
+            f"{r['tok_per_s']:.0f}",
+            f"{r['tok_per_cpu_s']:.0f}",
+            f"{r['start_s']:.1f}",
+            f"{r['sync_s']:.2f}",
+            f"{r['kl_k1']:.2e}",
         )
+        for r in rows
+    ]
+    lines = table(header, cells)
     speed = {r["engine"]: r["tok_per_s"] for r in rows}
     note = ""
     if "vLLM bf16" in speed and "PyTorch fp32" in speed:

@@ -20,6 +20,7 @@ from monitor.detectors.rules import (
     LevelRule,
     NonFiniteRule,
     drift_rule,
+    rise_rule,
     setting_rule,
 )
 from monitor.detectors.signatures import KeptMassRule, PrecisionRule, ReplayLeakRule, TwinRule
@@ -49,20 +50,16 @@ class DetectorsConfig:
     )
     """≥ 5 % of tokens past the IS cap: the correction is discarding the batch."""
     # --- warning: precursors, change against the run's own baseline
-    mismatch_kl: ChangeRule = ChangeRule(
-        "mismatch/kl_k3", "train_inference", "up", R_IS, floor=1e-5, min_change=3.0
-    )
+    mismatch_kl: ChangeRule = rise_rule("mismatch/kl_k3", "train_inference", R_IS, 1e-5)
     """Training-inference KL (k3 ≥ 0; verl's rollout_corr/k3_kl, prime-rl's mismatch_kl)."""
-    mismatch_kl_k1: ChangeRule = ChangeRule(
-        "mismatch/kl_k1", "train_inference", "up", R_IS, floor=1e-5, min_change=3.0
-    )
+    mismatch_kl_k1: ChangeRule = rise_rule("mismatch/kl_k1", "train_inference", R_IS, 1e-5)
     """The same, k1 (verl's rollout_corr/kl; ours): for runs that log only k1."""
-    mismatch_logprob_diff: ChangeRule = ChangeRule(
-        "mismatch/logprob_abs_diff", "train_inference", "up", R_IS, floor=1e-4, min_change=3.0
+    mismatch_logprob_diff: ChangeRule = rise_rule(
+        "mismatch/logprob_abs_diff", "train_inference", R_IS, 1e-4
     )
     """Mean |log π_old − log μ_old| (TRL's sampling_logp_difference, slime's)."""
-    mismatch_prob_diff: ChangeRule = ChangeRule(
-        "mismatch/prob_abs_diff", "train_inference", "up", R_IS, floor=1e-4, min_change=3.0
+    mismatch_prob_diff: ChangeRule = rise_rule(
+        "mismatch/prob_abs_diff", "train_inference", R_IS, 1e-4
     )
     """Mean |π_old − μ_old| of the sampled tokens' probabilities (verl's
     training/rollout_probs_diff_mean, logged before verl had rollout_corr/)."""
@@ -78,33 +75,17 @@ class DetectorsConfig:
         "mismatch/ess", "train_inference", "down", R_IS, min_change=1.875, sharpening=True
     )
     """The IS weights' effective sample size falling: fewer tokens carry the update."""
-    mismatch_chi2: ChangeRule = ChangeRule(
-        "mismatch/chi2_token", "train_inference", "up", R_IS, floor=1e-4, min_change=3.0
-    )
+    mismatch_chi2: ChangeRule = rise_rule("mismatch/chi2_token", "train_inference", R_IS, 1e-4)
     """χ² of token weights E[(ρ−1)²]: the variance the IS correction pays."""
-    staleness_kl: ChangeRule = ChangeRule(
-        "staleness/kl_k3",
-        "staleness",
-        "up",
-        R_STALE,
-        floor=1e-8,
-        min_change=3.0,
-        skip_floor=True,
+    staleness_kl: ChangeRule = rise_rule(
+        "staleness/kl_k3", "staleness", R_STALE, 1e-8, skip_floor=True
     )
     """KL(π_old‖π_θ) across the mini-batches (0 on-policy)."""
-    staleness_kl_k1: ChangeRule = ChangeRule(
-        "staleness/kl_k1",
-        "staleness",
-        "up",
-        R_STALE,
-        floor=1e-8,
-        min_change=3.0,
-        skip_floor=True,
+    staleness_kl_k1: ChangeRule = rise_rule(
+        "staleness/kl_k1", "staleness", R_STALE, 1e-8, skip_floor=True
     )
     """The same, k1 (verl's and slime's ppo_kl)."""
-    clip_frac: ChangeRule = ChangeRule(
-        "staleness/mask_frac", "staleness", "up", R_STALE, floor=1e-3, min_change=3.0
-    )
+    clip_frac: ChangeRule = rise_rule("staleness/mask_frac", "staleness", R_STALE, 1e-3)
     """Share of tokens masked by the clip rule (verl's pg_clipfrac, TRL's clip_ratio)."""
     clip_stop: ChangeRule = ChangeRule(
         "staleness/mask_frac", "staleness", "down", R_STALE, floor=1e-5, min_change=10.0
@@ -112,17 +93,13 @@ class DetectorsConfig:
     """The clip rule stopped acting: the masked share fell tenfold or more, to (nearly)
     zero (clipping off or ε widened off-policy: the trust region is gone before any ratio
     has moved; a run turned on-policy too; a benign fall, fewer mini-batches, is ~2-4×)."""
-    routing_train_infer: ChangeRule = ChangeRule(
-        "routing/mismatch_train_infer", "routing", "up", R_ROUTING, floor=1e-3, min_change=3.0
+    routing_train_infer: ChangeRule = rise_rule(
+        "routing/mismatch_train_infer", "routing", R_ROUTING, 1e-3
     )
     """Share of (token, layer) expert sets differing, training vs inference engine."""
-    routing_stale: ChangeRule = ChangeRule(
-        "routing/mismatch_stale", "routing", "up", R_ROUTING, floor=1e-3, min_change=3.0
-    )
+    routing_stale: ChangeRule = rise_rule("routing/mismatch_stale", "routing", R_ROUTING, 1e-3)
     """The same across mini-batches, π_θ vs π_old (off-policy only)."""
-    approx_residual: ChangeRule = ChangeRule(
-        "approx/seq_residual", "approximation", "up", R_APPROX, floor=1e-3, min_change=3.0
-    )
+    approx_residual: ChangeRule = rise_rule("approx/seq_residual", "approximation", R_APPROX, 1e-3)
     """The first-order residual growing against its own level."""
     grad_norm: ChangeRule = ChangeRule(
         "optim/grad_norm", "optimisation", "up", R_OPTIM, min_change=4.5
@@ -138,9 +115,7 @@ class DetectorsConfig:
         sharpening=True,
     )
     """Entropy falling to half its baseline or less (the paper's no-IS collapse)."""
-    entropy_rise: ChangeRule = ChangeRule(
-        "policy/entropy", "optimisation", "up", R_OPTIM, floor=1e-4, min_change=3.0
-    )
+    entropy_rise: ChangeRule = rise_rule("policy/entropy", "optimisation", R_OPTIM, 1e-4)
     """Entropy doubling: the policy dissolving into noise."""
     length_rise: ChangeRule = ChangeRule(
         "response/len_mean",

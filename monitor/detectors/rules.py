@@ -247,6 +247,16 @@ def setting_rule(
     )
 
 
+def rise_rule(
+    metric: str, factor: Factor, remedy: str, floor: float, skip_floor: bool = False
+) -> ChangeRule:
+    """The common precursor: `metric` rose threefold or more against the run's own moving
+    baseline (log scale; values below `floor`, the metric's noise floor, count as it)."""
+    return ChangeRule(
+        metric, factor, "up", remedy, floor=floor, min_change=3.0, skip_floor=skip_floor
+    )
+
+
 def drift_rule(metric: str, floor: float, fold: float) -> ChangeRule:
     """A training-inference mismatch drifting up from the run's early level (`anchored`).
 

@@ -19,7 +19,7 @@ right, and the reported bug that makes it so.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from monitor.detectors.base import Gate, fmt, median, reading
@@ -81,7 +81,6 @@ class TwinRule:
     float rounding (an exact on-policy run with bit-equal engines) are not a bug."""
     enabled: bool = True
     """false: the rule never fires."""
-    """false: the rule never fires."""
 
 
 @dataclass(frozen=True)
@@ -103,11 +102,31 @@ def _alert(
     return AlertDraft(name, "warning", metric, value, base, 0, factor, msg, remedy)
 
 
-class KeptMassDetector:
+class _OneMetric:
+    """A signature read on the rule's one metric behind one `Gate`: a warning once it has
+    held for the gate's persistence, cleared once it has not held for its calm period."""
+
+    def __init__(self, name: str, metric: str, gate: Gate) -> None:
+        self.name, self.metric, self._gate = name, metric, gate
+
+    def _gated(
+        self, step: int, holds: bool, draft: Callable[[], AlertDraft]
+    ) -> list[AlertDraft | Cleared]:
+        """This step's output; `draft` builds the alert, only when one is emitted."""
+        if holds:
+            return [draft()] if self._gate.fire(step, "warning") else []
+        if not self._gate.open:
+            self._gate.quiet()
+        elif self._gate.calm(step):
+            return [Cleared(self.name, self.metric)]
+        return []
+
+
+class KeptMassDetector(_OneMetric):
     def __init__(self, name: str, rule: KeptMassRule) -> None:
-        self.name, self.rule = name, rule
+        super().__init__(name, rule.metric, Gate(clear_after=rule.window))
+        self.rule = rule
         self._recent: deque[float] = deque(maxlen=rule.window)
-        self._gate = Gate(clear_after=rule.window)
         self._setting: float | None = None
 
     def update(self, step: int, scalars: Mapping[str, float]) -> list[AlertDraft | Cleared]:
@@ -123,70 +142,50 @@ class KeptMassDetector:
             return []
         med = median(list(self._recent))
         steady = all(abs(v - med) <= r.spread for v in self._recent)
-        if steady and med <= 1.0 - r.margin:
-            if not self._gate.fire(step, "warning"):
-                return []
-            top_p = self._setting
-            match = ""
-            if top_p is not None and top_p < 1.0:
-                near = abs(med - top_p) <= r.margin
-                match = f"; top-p is {fmt(top_p)}: {'the mean is' if near else 'not'} its mass"
-            return [
-                _alert(
-                    self.name,
-                    r.metric,
-                    x,
-                    1.0,
-                    "train_inference",
-                    f"the IS-ratio mean has held at {fmt(med)} (±{fmt(r.spread)})"
-                    f" for {r.window} steps,"
-                    f" where a correct ratio averages 1: the probability mass a top-p/top-k"
-                    f" truncation keeps (TRL issue 6789: the rollout's log-probs renormalised over"
-                    f" the truncated support, the trainer's over the full vocabulary){match}",
-                    "recompute the trainer's log-probs on the rollout's truncated support "
-                    "(or sample without top-p/top-k), then compare the ratio mean with 1",
-                )
-            ]
-        if not self._gate.open:
-            self._gate.quiet()
-        elif self._gate.calm(step):
-            return [Cleared(self.name, r.metric)]
-        return []
+        return self._gated(step, steady and med <= 1.0 - r.margin, lambda: self._draft(x, med))
+
+    def _draft(self, x: float, med: float) -> AlertDraft:
+        r, top_p, match = self.rule, self._setting, ""
+        if top_p is not None and top_p < 1.0:
+            near = abs(med - top_p) <= r.margin
+            match = f"; top-p is {fmt(top_p)}: {'the mean is' if near else 'not'} its mass"
+        msg = (
+            f"the IS-ratio mean has held at {fmt(med)} (±{fmt(r.spread)}) for {r.window} steps,"
+            f" where a correct ratio averages 1: the probability mass a top-p/top-k"
+            f" truncation keeps (TRL issue 6789: the rollout's log-probs renormalised over"
+            f" the truncated support, the trainer's over the full vocabulary){match}"
+        )
+        fix = (
+            "recompute the trainer's log-probs on the rollout's truncated support "
+            "(or sample without top-p/top-k), then compare the ratio mean with 1"
+        )
+        return _alert(self.name, r.metric, x, 1.0, "train_inference", msg, fix)
 
 
-class ReplayLeakDetector:
+class ReplayLeakDetector(_OneMetric):
     def __init__(self, name: str, rule: ReplayLeakRule) -> None:
-        self.name, self.rule = name, rule
-        self._gate = Gate(persist=rule.persist, clear_after=rule.persist)
+        super().__init__(name, rule.metric, Gate(persist=rule.persist, clear_after=rule.persist))
+        self.rule = rule
 
     def update(self, step: int, scalars: Mapping[str, float]) -> list[AlertDraft | Cleared]:
         r = self.rule
         mode, x = reading(scalars, r.mode), reading(scalars, r.metric)
         if mode is None or x is None:
             return []
-        if mode == r.r3 and x > r.tol:
-            if not self._gate.fire(step, "warning"):
-                return []
-            return [
-                _alert(
-                    self.name,
-                    r.metric,
-                    x,
-                    0.0,
-                    "routing",
-                    f"{r.metric} = {fmt(x)} under R3 for {r.persist} steps, where replaying the"
-                    f" rollout's experts makes it exactly 0: the replay lands on the wrong routers"
-                    f" (verl PR 5037: a layer index shifted by the dense layers before the MoE"
-                    " ones)",
-                    "check the replay's layer mapping (global layer number, not list position) "
-                    "against the rollout's routed-experts tensor; " + R_ROUTING,
-                )
-            ]
-        if not self._gate.open:
-            self._gate.quiet()
-        elif self._gate.calm(step):
-            return [Cleared(self.name, r.metric)]
-        return []
+        return self._gated(step, mode == r.r3 and x > r.tol, lambda: self._draft(x))
+
+    def _draft(self, x: float) -> AlertDraft:
+        r = self.rule
+        msg = (
+            f"{r.metric} = {fmt(x)} under R3 for {r.persist} steps, where replaying the"
+            f" rollout's experts makes it exactly 0: the replay lands on the wrong routers"
+            f" (verl PR 5037: a layer index shifted by the dense layers before the MoE ones)"
+        )
+        fix = (
+            "check the replay's layer mapping (global layer number, not list position) "
+            "against the rollout's routed-experts tensor; " + R_ROUTING
+        )
+        return _alert(self.name, r.metric, x, 0.0, "routing", msg, fix)
 
 
 class TwinDetector:
@@ -229,38 +228,29 @@ class TwinDetector:
         return out
 
 
-class PrecisionDetector:
+class PrecisionDetector(_OneMetric):
     def __init__(self, name: str, rule: PrecisionRule) -> None:
-        self.name, self.rule = name, rule
-        self._gate = Gate(persist=rule.persist, clear_after=rule.persist)
+        super().__init__(name, rule.metric, Gate(persist=rule.persist, clear_after=rule.persist))
+        self.rule = rule
 
     def update(self, step: int, scalars: Mapping[str, float]) -> list[AlertDraft | Cleared]:
-        r = self.rule
-        x = reading(scalars, r.metric)
+        x = reading(scalars, self.rule.metric)
         if x is None:
             return []
-        if x > r.level:
-            if not self._gate.fire(step, "warning"):
-                return []
-            return [
-                _alert(
-                    self.name,
-                    r.metric,
-                    x,
-                    r.level,
-                    "train_inference",
-                    f"{r.metric} = {fmt(x)} > {fmt(r.level)} for {r.persist} steps: the training"
-                    f" and rollout engines' probabilities differ by more than the 0.01 verl's"
-                    f" documentation calls a precision problem",
-                    "align the engines' numerics (dtype of the lm_head and logits, kernels, "
-                    "weight sync) before correcting with IS; " + R_IS,
-                )
-            ]
-        if not self._gate.open:
-            self._gate.quiet()
-        elif self._gate.calm(step):
-            return [Cleared(self.name, r.metric)]
-        return []
+        return self._gated(step, x > self.rule.level, lambda: self._draft(x))
+
+    def _draft(self, x: float) -> AlertDraft:
+        r = self.rule
+        msg = (
+            f"{r.metric} = {fmt(x)} > {fmt(r.level)} for {r.persist} steps: the training"
+            f" and rollout engines' probabilities differ by more than the 0.01 verl's"
+            f" documentation calls a precision problem"
+        )
+        fix = (
+            "align the engines' numerics (dtype of the lm_head and logits, kernels, "
+            "weight sync) before correcting with IS; " + R_IS
+        )
+        return _alert(self.name, r.metric, x, r.level, "train_inference", msg, fix)
 
 
 SIGNATURES: dict[type, type] = {
