@@ -291,7 +291,7 @@ class Monitor:
         A symptom's alert counts from `remediation.onset_margin` steps before it opened
         (its signal started to move earlier), a setting's from its own step."""
         self._check_open()
-        return last_healthy(list(candidates), self.scores(), self.precursors())
+        return last_healthy(self.judge_checkpoints(candidates))
 
     def judge_checkpoints(self, candidates: Sequence[int]) -> list[Verdict]:
         """A verdict on each candidate, oldest first (why each is or is not healthy)."""

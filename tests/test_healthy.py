@@ -21,7 +21,7 @@ def test_a_checkpoint_after_the_fall_is_not_healthy_even_before_any_alert():
     assert [v[s].healthy for s in (0, 10, 20, 30, 40)] == [True, True, True, False, False]
     assert v[30].best == 0.26 and v[30].score == 0.10
     assert "below the best" in v[40].reason
-    assert last_healthy([0, 10, 20, 30, 40], scores, noise=0.02).step == 20
+    assert last_healthy(judge([0, 10, 20, 30, 40], scores, noise=0.02)).step == 20
 
 
 def test_a_precursor_open_when_taken_disqualifies_the_checkpoint():
@@ -31,13 +31,13 @@ def test_a_precursor_open_when_taken_disqualifies_the_checkpoint():
     assert [x.healthy for x in v] == [True, False, False]
     assert "from step 15, cleared at 25" in v[1].reason
     assert "still open" in v[2].reason
-    assert last_healthy([10, 20, 30], scores, precursors, noise=0.02).step == 10
-    assert last_healthy([10, 20], scores, precursors, before=10, noise=0.02) is None
+    assert last_healthy(judge([10, 20, 30], scores, precursors, noise=0.02)).step == 10
+    assert last_healthy(judge([10, 20], scores, precursors, noise=0.02), before=10) is None
 
 
 def test_a_run_that_dies_from_the_start_keeps_its_first_checkpoint():
     scores = [(0, 0.24), (10, 0.15), (20, 0.05), (30, 0.0)]
-    assert last_healthy([0, 10, 20, 30], scores, noise=0.02).step == 0
+    assert last_healthy(judge([0, 10, 20, 30], scores, noise=0.02)).step == 0
 
 
 def test_recovered_is_judged_against_the_pre_episode_best_not_a_fallen_evaluation():

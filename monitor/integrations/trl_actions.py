@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from core.controls import RunControls
-from monitor.remediation.healthy import Verdict, last_healthy
+from monitor.remediation.healthy import Verdict, judge, last_healthy
 from monitor.store.records import Action
 
 log = logging.getLogger("minirl.monitor")
@@ -108,7 +108,7 @@ def healthy_checkpoint(mon: Any, output_dir: str | os.PathLike[str]) -> tuple[Pa
         steps, values = reader.scalars([name])[name]
         precursors = [(a.step, a.cleared_step) for a in reader.alerts(min_severity="warning")]
     scores = list(zip(steps.tolist(), values.tolist(), strict=True))
-    verdict = last_healthy(list(ckpts), scores, precursors, before=mon.episode_start())
+    verdict = last_healthy(judge(list(ckpts), scores, precursors), before=mon.episode_start())
     return (ckpts[verdict.step], verdict) if verdict is not None else None
 
 

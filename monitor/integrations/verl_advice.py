@@ -26,7 +26,7 @@ from typing import Any
 
 from core.controls import RunControls
 from monitor.config import MonitorConfig
-from monitor.remediation.healthy import Verdict, last_healthy
+from monitor.remediation.healthy import Verdict, judge, last_healthy
 from monitor.remediation.policy import RemediationPolicy
 from monitor.store.records import Action, ActionDraft, Alert
 
@@ -210,7 +210,7 @@ def advise(
     fix = to_overrides(drafts, controls, config)
     scores, precursors = mon.scores(), mon.precursors()
     steps = checkpoint_steps(ckpt_dir)
-    verdict = last_healthy(steps, scores, precursors, before=step + 1)
+    verdict = last_healthy(judge(steps, scores, precursors), before=step + 1)
     overrides = list(fix.overrides)
     checkpoint = None
     if verdict is not None and ckpt_dir is not None:

@@ -117,17 +117,11 @@ def judge(
     return verdicts
 
 
-def last_healthy(
-    checkpoints: Sequence[int],
-    scores: Sequence[tuple[int, float]],
-    precursors: Sequence[tuple[int, int | None]] = (),
-    before: int | None = None,
-    noise: float | None = None,
-) -> Verdict | None:
-    """The latest healthy checkpoint (strictly before `before` when given), or None."""
-    candidates = [c for c in checkpoints if before is None or c < before]
-    ok = [v for v in judge(candidates, scores, precursors, noise) if v.healthy]
-    return ok[-1] if ok else None
+def last_healthy(verdicts: Sequence[Verdict], before: int | None = None) -> Verdict | None:
+    """The latest healthy one of `verdicts` (`judge`'s), strictly before `before` when
+    given, or None."""
+    ok = [v for v in verdicts if v.healthy and (before is None or v.step < before)]
+    return max(ok, key=lambda v: v.step) if ok else None
 
 
 def recovered(
