@@ -47,24 +47,20 @@ class Controls:
     a precision fix that holds (set by remediation)."""
 
     def for_monitor(self, base_lr: float, moe: bool) -> RunControls:
-        """The controls the remediation policy reasons about."""
+        """The controls the remediation policy reasons about: the loss's knobs, then the
+        run's own."""
         c = self.loss
+        loss = {k: getattr(c, k) for k in ("variant", "is_cap", "clip", "eps_low", "eps_high")}
+        knobs = ("routing_replay", "mini_batches", "rollout_quant")
+        held = ("mini_batches_cap", "lr_cap", "rollout_quant_floor")
+        run = {k: getattr(self, k) for k in (*knobs, *held)}
         return RunControls(
-            variant=c.variant,
+            **loss,
+            **run,
             is_policy="none" if c.variant == "reinforce" else c.is_policy,
-            is_cap=c.is_cap,
             is_band=tuple(c.band),
-            clip=c.clip,
-            eps_low=c.eps_low,
-            eps_high=c.eps_high,
-            routing_replay=self.routing_replay,
-            mini_batches=self.mini_batches,
             length_norm=c.length_norm,
             lr=base_lr * self.lr_scale,
-            lr_cap=self.lr_cap,
-            mini_batches_cap=self.mini_batches_cap,
-            rollout_quant=self.rollout_quant,
-            rollout_quant_floor=self.rollout_quant_floor,
             moe=moe,
         )
 
