@@ -172,10 +172,13 @@ def scripted_settings(
 
 @functools.cache
 def _lab_config(name: str) -> RunConfig:
-    """The resolved config of `configs/lab/incidents/<name>.yaml`."""
+    """The resolved config of `configs/lab/incidents/<name>.yaml`, or of
+    `configs/lab/organic/<config>.yaml` for `organic/<config>` (a collapse from the
+    configuration alone, no incident)."""
     from trainer.config import load_config  # torch: lab runs only
 
-    return load_config(LAB_CONFIGS / f"{name}.yaml")
+    folder = LAB_CONFIGS.parent if "/" in name else LAB_CONFIGS  # organic/<config>
+    return load_config(folder / f"{name}.yaml")
 
 
 def lab_runs(folder: Path = DATA / "lab") -> list[Run]:
