@@ -97,7 +97,7 @@ def test_bf16_autocast_computes_in_bf16_and_keeps_fp32_weights(ckpt):
 
 def test_engines_put_the_policy_on_the_resolved_device(ckpt):
     train_eng = TorchTrainingEngine(ckpt, EngineConfig(device="auto"), OptimConfig())
-    infer = TorchInferenceEngine(ckpt, EngineConfig(device="auto"))
+    infer = TorchInferenceEngine(ckpt, device="auto")
     here = resolve_device("auto")
     for eng in (train_eng, infer):
         assert eng.device == here
@@ -138,7 +138,7 @@ def test_restore_rng_restores_the_cpu_state_and_skips_absent_devices():
 
 def test_engines_create_nothing_on_the_default_device(ckpt):
     train_eng = TorchTrainingEngine(ckpt, CPU, OptimConfig())
-    infer = TorchInferenceEngine(ckpt, CPU)
+    infer = TorchInferenceEngine(ckpt, device="cpu", dtype="fp32")
     params = SamplingParams(n=2, max_new_tokens=5, temperature=1.0, top_p=0.9, top_k=20)
     with torch.device("meta"):
         ro = infer.generate([[1, 5, 6, 7], [1, 8]], params, seed=3)
@@ -196,7 +196,7 @@ def test_a_run_on_cpu_creates_nothing_on_the_default_device(tiny_config):
 
 def test_evaluate_uses_the_models_device(ckpt):
     task = make_task(TaskConfig(kind="add", digits=1, heldout_size=4))
-    infer = TorchInferenceEngine(ckpt, CPU)
+    infer = TorchInferenceEngine(ckpt, device="cpu", dtype="fp32")
     quick = EvalConfig(samples=1, mode="both")
     with torch.device("meta"):
         for policy in (infer.model, infer):

@@ -38,7 +38,7 @@ def test_auto_is_the_current_cuda_device():
 def test_engines_live_on_the_gpu_and_agree_with_the_cpu(ckpt):
     gpu = TorchTrainingEngine(ckpt, CUDA, OptimConfig())
     cpu = TorchTrainingEngine(ckpt, EngineConfig(device="cpu"), OptimConfig())
-    infer = TorchInferenceEngine(ckpt, CUDA)
+    infer = TorchInferenceEngine(ckpt, device="cuda", dtype="fp32")
     assert {p.device.type for p in (*gpu.model.parameters(), *infer.model.parameters())} == {"cuda"}
     ro = infer.generate(PROMPTS, PARAMS, seed=0)
     assert ro.input_ids.device.type == "cuda" and ro.routing is not None
@@ -104,7 +104,7 @@ def test_official_vllm_routes_samples_and_syncs_on_the_gpu(ckpt):
     pytest.importorskip("vllm")
     from trainer.engines.vllm.inference import VLLMEngine
 
-    engine = VLLMEngine(ckpt, EngineConfig(inference="vllm", inference_dtype="fp32"))
+    engine = VLLMEngine(ckpt, dtype="fp32")
     try:
         assert not engine.on_cpu, "this environment's vLLM is the CPU build"
         trainer = TorchTrainingEngine(ckpt, CUDA, OptimConfig())

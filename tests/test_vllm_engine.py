@@ -35,7 +35,7 @@ def ckpt(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def engine(ckpt):
-    eng = VLLMEngine(ckpt, FP32)
+    eng = VLLMEngine(ckpt, dtype="fp32")
     yield eng
     eng.close()
 

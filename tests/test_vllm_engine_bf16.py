@@ -28,7 +28,7 @@ PARAMS = SamplingParams(n=8, max_new_tokens=16)
 def checkpoint_and_engine(tmp_path_factory):
     """The tiny MoE checkpoint and one bf16 vLLM engine on it, for the whole module."""
     ckpt = build_tiny_checkpoint(ModelConfig(seed=5), tmp_path_factory.mktemp("moe16"))
-    engine = VLLMEngine(ckpt, BF16)
+    engine = VLLMEngine(ckpt, dtype="bf16")
     yield ckpt, engine
     engine.close()
 

@@ -54,7 +54,7 @@ def started(ckpt):
         "set_num_threads": torch.set_num_threads,
         "environ": _environ(),
     }
-    eng = VLLMEngine(ckpt, FP32)
+    eng = VLLMEngine(ckpt, dtype="fp32")
     yield eng, before
     eng.close()
 
@@ -125,11 +125,11 @@ def test_dense_weight_sync_verified(engine, ckpt):
 def test_sync_with_simulated_fp8_weights(engine, trainer):
     """weight_quant rounds the synced weights like the PyTorch engine (quant.py); the
     engine then equals a copy of the model rounded by quant.quantize_weights_."""
-    engine.config = EngineConfig(inference="vllm", inference_dtype="fp32", weight_quant="fp8_e4m3")
+    engine.weight_quant = "fp8_e4m3"
     try:
         engine.update_weights(trainer.model)  # verified against the rounded reference
     finally:
-        engine.config = FP32
+        engine.weight_quant = "none"
     rounded = copy.deepcopy(trainer)
     assert quant.quantize_weights_(rounded.model, "fp8_e4m3") > 0
     ro = engine.generate(PROMPTS, PARAMS, seed=3)

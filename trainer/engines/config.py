@@ -161,14 +161,6 @@ class EngineConfig:
         if self.inference == "vllm" and self.activation_quant != "none":
             raise ValueError("activation_quant: simulated only by the torch inference engine")
 
-    @property
-    def exact_inference(self) -> bool:
-        """Inference numerics equal to an fp32 training engine's (up to kernel order)."""
-        return (
-            self.inference_dtype == "fp32"
-            and self.weight_quant == "none"
-            and self.activation_quant == "none"
-        )
 
 
 def _sizes(cfg: MegatronConfig) -> str:

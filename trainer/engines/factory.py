@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from core.errors import UserError
 from trainer.engines.base import InferenceEngine, TrainingEngine
 from trainer.engines.config import EngineConfig, OptimConfig
 
@@ -21,14 +22,34 @@ def make_inference_engine(checkpoint_dir: str | Path, config: EngineConfig) -> I
     if config.inference == "torch":
         from trainer.engines.torch.inference import TorchInferenceEngine
 
-        return TorchInferenceEngine(checkpoint_dir, config)
+        return TorchInferenceEngine(
+            checkpoint_dir,
+            device=config.device,
+            dtype=config.inference_dtype,
+            weight_quant=config.weight_quant,
+            activation_quant=config.activation_quant,
+        )
     if config.inference == "vllm":
         from trainer import distributed
         from trainer.engines.vllm.inference import VLLMEngine
 
-        if distributed.active():
-            return distributed.InOwnWorld(lambda: VLLMEngine(checkpoint_dir, config))
-        return VLLMEngine(checkpoint_dir, config)
+        if not config.vllm_in_process:
+            raise UserError(
+                "engine.vllm_in_process: false is not supported by the vLLM engine (weight "
+                "sync and routing capture reach into the worker); set it to true"
+            )
+
+        def make() -> VLLMEngine:
+            return VLLMEngine(
+                checkpoint_dir,
+                device=config.device,
+                dtype=config.inference_dtype,
+                weight_quant=config.weight_quant,
+                kv_cache_bytes=config.kv_cache_bytes,
+                gpu_memory=config.vllm_gpu_memory,
+            )
+
+        return distributed.InOwnWorld(make) if distributed.active() else make()
     raise ValueError(f"inference={config.inference!r}: allowed are torch, vllm")
 
 

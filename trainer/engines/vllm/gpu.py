@@ -26,12 +26,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainer.engines.config import EngineConfig
 
-
-def engine_args(config: EngineConfig, is_moe: bool) -> tuple[dict[str, Any], dict[str, str]]:
-    """(vllm.LLM keyword arguments, environment variables) a GPU engine adds."""
-    kwargs: dict[str, Any] = {"gpu_memory_utilization": config.vllm_gpu_memory}
+def engine_args(gpu_memory: float, is_moe: bool) -> tuple[dict[str, Any], dict[str, str]]:
+    """(vllm.LLM keyword arguments, environment variables) a GPU engine adds; vLLM may
+    hold the `gpu_memory` share of the GPU."""
+    kwargs: dict[str, Any] = {"gpu_memory_utilization": gpu_memory}
     env: dict[str, str] = {}
     if is_moe:
         kwargs |= {"enable_return_routed_experts": True, "enable_prefix_caching": True}
