@@ -130,8 +130,8 @@ def main(argv: list[str]) -> int:
 
     from trainer.coldstart import cold_start
     from trainer.config import load_config
-    from trainer.engines.config import EngineConfig, OptimConfig
     from trainer.engines.torch.training import TorchTrainingEngine
+    from trainer.engines.update import UpdateSettings
     from trainer.engines.vllm.inference import import_vllm
     from trainer.evaluate import encode_prompts
     from trainer.tasks import make_task
@@ -139,7 +139,7 @@ def main(argv: list[str]) -> int:
     torch.set_num_threads(args.threads)
     cfg = load_config(args.config, args.set)
     ckpt = cold_start(cfg.model, cfg.task, cfg.cold_start).path
-    trainer = TorchTrainingEngine(ckpt, EngineConfig(train_dtype="fp32"), OptimConfig())
+    trainer = TorchTrainingEngine(ckpt, UpdateSettings(), dtype="fp32")
     task = make_task(cfg.task)
     examples = task.sample_train(args.prompts, seed="vllm-bench")
     prompts = encode_prompts(trainer.tokenizer, [ex.prompt for ex in examples])

@@ -8,13 +8,13 @@ import torch
 
 from core.errors import UserError
 from trainer.engines.base import SamplingParams
-from trainer.engines.config import EngineConfig, OptimConfig
+from trainer.engines.config import EngineConfig
 from trainer.engines.decode import _filter_logits, sample_next
 from trainer.engines.torch.inference import TorchInferenceEngine
 from trainer.engines.torch.training import TorchTrainingEngine
+from trainer.engines.update import UpdateSettings
 from trainer.models import ModelConfig, build_tiny_checkpoint
 
-FP32 = EngineConfig(train_dtype="fp32", inference_dtype="fp32")
 PROMPTS = ["12+3=", "7*8-1=", "1="]
 
 
@@ -25,7 +25,7 @@ def ckpt(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def trainer(ckpt):
-    return TorchTrainingEngine(ckpt, FP32, OptimConfig())
+    return TorchTrainingEngine(ckpt, UpdateSettings())
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +130,7 @@ def test_eos_ends_a_response_and_the_cap_truncates(engine):
 
 
 def test_update_weights_makes_the_engine_match_a_changed_model(ckpt):
-    trainer = TorchTrainingEngine(ckpt, FP32, OptimConfig(lr=1e-2))
+    trainer = TorchTrainingEngine(ckpt, UpdateSettings(lr=1e-2))
     engine = TorchInferenceEngine(ckpt, dtype="fp32")
     ro = engine.generate(_prompts(engine), SamplingParams(n=2, max_new_tokens=6), seed=5)
     logp, _, _ = trainer.forward_logprobs(ro.input_ids, ro.attention_mask, ro.response_mask)
@@ -152,7 +152,7 @@ def test_update_weights_makes_the_engine_match_a_changed_model(ckpt):
     assert torch.equal(dst, round_weight(src, "fp8_e4m3").to(torch.bfloat16))
     assert torch.equal(fp8.model.lm_head.weight, trainer.model.lm_head.weight.bfloat16())
     dense = build_tiny_checkpoint(ModelConfig(arch="qwen3"), ckpt.parent / "dense")
-    other = TorchTrainingEngine(dense, FP32, OptimConfig())
+    other = TorchTrainingEngine(dense, UpdateSettings())
     with pytest.raises(ValueError, match="missing"):
         fp8.update_weights(other.model)
     fp8.close()

@@ -18,16 +18,15 @@ import torch
 
 from trainer.engines import quant
 from trainer.engines.base import SamplingParams
-from trainer.engines.config import EngineConfig, OptimConfig
 from trainer.engines.decode import _filter_logits
 from trainer.engines.torch.training import TorchTrainingEngine
+from trainer.engines.update import UpdateSettings
 from trainer.engines.vllm import weights as vllm_weights
 from trainer.engines.vllm.inference import VLLMEngine
 from trainer.models import ModelConfig, build_tiny_checkpoint
 
 pytestmark = pytest.mark.vllm
 
-FP32 = EngineConfig(inference="vllm", inference_dtype="fp32", train_dtype="fp32")
 PROMPTS = [[1, 30, 31, 32], [1, 50, 51, 52, 53, 54], [1, 9]]
 PARAMS = SamplingParams(n=3, max_new_tokens=12, temperature=0.9, top_p=0.95)
 
@@ -66,7 +65,7 @@ def engine(started):
 
 @pytest.fixture(scope="module")
 def trainer(ckpt):
-    return TorchTrainingEngine(ckpt, FP32, OptimConfig())
+    return TorchTrainingEngine(ckpt, UpdateSettings())
 
 
 def _recompute(trainer: TorchTrainingEngine, ro) -> torch.Tensor:
@@ -109,7 +108,7 @@ def test_dense_rollout_logprobs_match_training_engine(engine, trainer):
 
 
 def test_dense_weight_sync_verified(engine, ckpt):
-    trainer = TorchTrainingEngine(ckpt, FP32, OptimConfig())
+    trainer = TorchTrainingEngine(ckpt, UpdateSettings())
     before = engine.generate(PROMPTS, PARAMS, seed=2)
     with torch.no_grad():
         for p in trainer.model.parameters():

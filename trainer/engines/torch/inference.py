@@ -7,15 +7,10 @@ prompts, then one token per step for every row. For each sampled token it return
 computed from ITS OWN logits, and for MoE the experts it routed through (prefill and
 decode), in the `Rollout` layout of `base.py`.
 
-Log-probabilities are those of the distribution actually sampled from — after
-temperature, top-k and top-p (renormalised over what they keep). μ is that sampling
-distribution, so the IS weight π/μ is exact, and a sampler that departs from π
-(temperature ≠ 1, top-p < 1) shows up in the diagnostics as a training-inference
-mismatch (sampler mismatch).
-
-The model, the decode loop's tensors, its random generator and the returned rollout
-live on `engine.device`. It does not train, compute rewards, or batch across calls (no
-continuous batching).
+Log-probabilities are those of the distribution actually sampled from (after
+temperature, top-k and top-p, renormalised): μ is that distribution, so the IS weight
+π/μ is exact and a sampler that departs from π shows as sampler mismatch. Everything
+lives on `engine.device`. It does not train, compute rewards, or batch across calls.
 """
 
 from __future__ import annotations

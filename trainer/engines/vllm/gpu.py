@@ -8,14 +8,10 @@ the GPU build does, so that the part no CPU machine can run stays small:
   experts that processed token j of prompt + response (seq_len = that length - 1: the
   last sampled token is never fed back). vLLM 0.32 serves it from Model Runner V2 only
   (VLLM_USE_V2_MODEL_RUNNER=1) and requires prefix caching (it keeps the routing of cached
-  prompt blocks), so every weight sync resets the prefix cache: a cached block computed
-  by the old weights must not be reused, and the reset also starts a new generation of
-  stored routing. On the CPU, V2 does not exist: `routing.py` captures the routing.
-- Memory: vLLM claims `engine.vllm_gpu_memory` of the GPU (gpu_memory_utilization) and
-  checks at start that it is free, after the training engine took its share.
-
-Sampling (processed log-probabilities), seeding and the weight sync
-(`collective_rpc("reload_weights")`) are the same calls on both platforms.
+  prompt blocks), so every weight sync resets the prefix cache (no block of the old
+  weights is reused). On the CPU, V2 does not exist: `routing.py` captures the routing.
+- Memory: vLLM claims its share of the GPU (gpu_memory_utilization) and checks at start
+  that it is free, after the training engine took its share.
 """
 
 from __future__ import annotations
