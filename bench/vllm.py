@@ -53,9 +53,7 @@ def measure(label, backend, dtype, wq, threads, ckpt, prompts, params, trainer, 
     torch.set_num_threads(threads or args.threads)  # vLLM sets its own during its calls
     t0 = time.perf_counter()
     if backend == "vllm":
-        engine = VLLMEngine(
-            ckpt, dtype=dtype, weight_quant=wq, num_threads=args.vllm_threads
-        )
+        engine = VLLMEngine(ckpt, dtype=dtype, weight_quant=wq, num_threads=args.vllm_threads)
     else:
         engine = make_inference_engine(ckpt, cfg)
     start_s = time.perf_counter() - t0

@@ -137,7 +137,6 @@ class EngineConfig:
             raise ValueError("activation_quant: simulated only by the torch inference engine")
 
 
-
 def _sizes(cfg: MegatronConfig) -> str:
     """The sizes that differ from 1, as `megatron.<key>=<value>`."""
     sizes = [(f.name, getattr(cfg, f.name)) for f in fields(cfg)]

@@ -65,9 +65,7 @@ class TorchInferenceEngine:
     def exact(self) -> bool:
         """Numerics equal to an fp32 training engine's (up to kernel order)."""
         return (
-            self.dtype == "fp32"
-            and self.weight_quant == "none"
-            and self.activation_quant == "none"
+            self.dtype == "fp32" and self.weight_quant == "none" and self.activation_quant == "none"
         )
 
     # ------------------------------------------------------------------ sampling
