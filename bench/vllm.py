@@ -53,7 +53,7 @@ def measure(label, backend, dtype, wq, threads, ckpt, prompts, params, trainer, 
     torch.set_num_threads(threads or args.threads)  # vLLM sets its own during its calls
     t0 = time.perf_counter()
     if backend == "vllm":
-        engine = VLLMEngine(ckpt, cfg, num_threads=args.vllm_threads)
+        engine = VLLMEngine(ckpt, dtype=dtype, weight_quant=wq, num_threads=args.vllm_threads)
     else:
         engine = make_inference_engine(ckpt, cfg)
     start_s = time.perf_counter() - t0
@@ -128,8 +128,8 @@ def main(argv: list[str]) -> int:
 
     from trainer.coldstart import cold_start
     from trainer.config import load_config
-    from trainer.engines.config import EngineConfig, OptimConfig
     from trainer.engines.torch.training import TorchTrainingEngine
+    from trainer.engines.update import UpdateSettings
     from trainer.engines.vllm.inference import import_vllm
     from trainer.evaluate import encode_prompts
     from trainer.tasks import make_task
@@ -137,7 +137,7 @@ def main(argv: list[str]) -> int:
     torch.set_num_threads(args.threads)
     cfg = load_config(args.config, args.set)
     ckpt = cold_start(cfg.model, cfg.task, cfg.cold_start).path
-    trainer = TorchTrainingEngine(ckpt, EngineConfig(train_dtype="fp32"), OptimConfig())
+    trainer = TorchTrainingEngine(ckpt, UpdateSettings(), dtype="fp32")
     task = make_task(cfg.task)
     examples = task.sample_train(args.prompts, seed="vllm-bench")
     prompts = encode_prompts(trainer.tokenizer, [ex.prompt for ex in examples])

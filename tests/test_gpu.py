@@ -12,16 +12,15 @@ import torch
 
 from trainer.checkpoints import list_checkpoints, load_checkpoint
 from trainer.engines.base import SamplingParams
-from trainer.engines.config import EngineConfig, OptimConfig
 from trainer.engines.device import resolve_device
 from trainer.engines.torch.inference import TorchInferenceEngine
 from trainer.engines.torch.training import TorchTrainingEngine
+from trainer.engines.update import UpdateSettings
 from trainer.models import ModelConfig, build_tiny_checkpoint
 from trainer.run import train
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
-CUDA = EngineConfig(device="cuda", inference_dtype="fp32")
 PROMPTS = [[1, 5, 6, 7, 8], [1, 9, 10], [1, 11, 12, 13]]
 PARAMS = SamplingParams(n=4, max_new_tokens=8)
 
@@ -36,9 +35,9 @@ def test_auto_is_the_current_cuda_device():
 
 
 def test_engines_live_on_the_gpu_and_agree_with_the_cpu(ckpt):
-    gpu = TorchTrainingEngine(ckpt, CUDA, OptimConfig())
-    cpu = TorchTrainingEngine(ckpt, EngineConfig(device="cpu"), OptimConfig())
-    infer = TorchInferenceEngine(ckpt, CUDA)
+    gpu = TorchTrainingEngine(ckpt, UpdateSettings(), device="cuda")
+    cpu = TorchTrainingEngine(ckpt, UpdateSettings(), device="cpu")
+    infer = TorchInferenceEngine(ckpt, device="cuda", dtype="fp32")
     assert {p.device.type for p in (*gpu.model.parameters(), *infer.model.parameters())} == {"cuda"}
     ro = infer.generate(PROMPTS, PARAMS, seed=0)
     assert ro.input_ids.device.type == "cuda" and ro.routing is not None
@@ -58,14 +57,14 @@ def test_engines_live_on_the_gpu_and_agree_with_the_cpu(ckpt):
 
 
 def test_checkpoint_round_trip_on_the_gpu(ckpt, tmp_path):
-    eng = TorchTrainingEngine(ckpt, CUDA, OptimConfig())
+    eng = TorchTrainingEngine(ckpt, UpdateSettings(), device="cuda")
     ids = torch.randint(3, 99, (2, 10), device="cuda")
     mask = torch.zeros(2, 10, device="cuda")
     mask[:, 4:] = 1
     logp, _, _ = eng.forward_logprobs(ids, torch.ones_like(ids), mask)
     eng.step(-(logp * mask).sum())
     eng.save(tmp_path / "eng.pt")
-    other = TorchTrainingEngine(ckpt, CUDA, OptimConfig())
+    other = TorchTrainingEngine(ckpt, UpdateSettings(), device="cuda")
     other.load(tmp_path / "eng.pt")
     for a, b in zip(eng.model.parameters(), other.model.parameters(), strict=True):
         assert b.device.type == "cuda" and torch.equal(a, b)
@@ -104,10 +103,10 @@ def test_official_vllm_routes_samples_and_syncs_on_the_gpu(ckpt):
     pytest.importorskip("vllm")
     from trainer.engines.vllm.inference import VLLMEngine
 
-    engine = VLLMEngine(ckpt, EngineConfig(inference="vllm", inference_dtype="fp32"))
+    engine = VLLMEngine(ckpt, dtype="fp32")
     try:
         assert not engine.on_cpu, "this environment's vLLM is the CPU build"
-        trainer = TorchTrainingEngine(ckpt, CUDA, OptimConfig())
+        trainer = TorchTrainingEngine(ckpt, UpdateSettings(), device="cuda")
         ro = engine.generate(PROMPTS, PARAMS, seed=0).to(trainer.device)
         fed = ro.attention_mask.sum(1) - 1
         cols = torch.arange(ro.input_ids.shape[1], device=trainer.device)

@@ -18,6 +18,7 @@ from trainer.engines.megatron import convert
 from trainer.engines.megatron.routing import routers
 from trainer.engines.megatron.training import MegatronTrainingEngine
 from trainer.engines.torch.training import TorchTrainingEngine
+from trainer.engines.update import UpdateSettings
 from trainer.models import ModelConfig, build_tiny_checkpoint
 
 TOL = 1e-5
@@ -34,7 +35,7 @@ def engines(ckpt):
     """(transformers engine, Megatron engine) on the same checkpoint, never stepped."""
     mg = make_training_engine(ckpt, MEGATRON, OptimConfig())
     assert isinstance(mg, MegatronTrainingEngine)
-    return TorchTrainingEngine(ckpt, EngineConfig(), OptimConfig()), mg
+    return TorchTrainingEngine(ckpt, UpdateSettings()), mg
 
 
 def _batch(seed=0, batch=4, seq=12):
@@ -143,9 +144,9 @@ def test_replay_routes_exactly_the_given_experts_with_router_gradients(engines):
 def test_steps_track_the_transformers_engine_and_checkpoints_round_trip(ckpt, tmp_path):
     """Two AdamW steps on the same batch move both engines alike (R2: record at the
     first, replay later); a saved engine restores into a fresh one exactly."""
-    optim = OptimConfig(lr=1e-3, grad_clip=0.5)
-    a = TorchTrainingEngine(ckpt, EngineConfig(), optim)
-    b = MegatronTrainingEngine(ckpt, MEGATRON, optim)
+    optim = UpdateSettings(lr=1e-3, grad_clip=0.5)
+    a = TorchTrainingEngine(ckpt, optim)
+    b = MegatronTrainingEngine(ckpt, optim)
     ids, attention, response = _batch(2)
     with torch.no_grad():
         _, _, old_routes = b.forward_logprobs(ids, attention, response, record=True)
@@ -161,7 +162,7 @@ def test_steps_track_the_transformers_engine_and_checkpoints_round_trip(ckpt, tm
 
     b.set_lr_scale(0.5)
     b.save(tmp_path / "engine.pt")  # torch.load(weights_only=True) in load
-    c = MegatronTrainingEngine(ckpt, MEGATRON, optim)
+    c = MegatronTrainingEngine(ckpt, optim)
     c.load(tmp_path / "engine.pt")
     assert c.lr_scale == 0.5
     for eng in (b, c):
@@ -183,16 +184,16 @@ def test_steps_track_the_transformers_engine_and_checkpoints_round_trip(ckpt, tm
 def test_user_errors(ckpt, tmp_path, monkeypatch):
     dense = build_tiny_checkpoint(ModelConfig(arch="qwen3", seed=1), tmp_path)
     with pytest.raises(UserError, match="qwen3_moe"):
-        MegatronTrainingEngine(dense, MEGATRON, OptimConfig())
+        MegatronTrainingEngine(dense, UpdateSettings())
     with pytest.raises(UserError, match="fp32"):
-        MegatronTrainingEngine(
+        make_training_engine(
             ckpt, EngineConfig(training="megatron", train_dtype="bf16"), OptimConfig()
         )
     with pytest.raises(ValueError, match="training"):
         EngineConfig(training="jax")
     monkeypatch.setitem(sys.modules, "megatron.core", None)  # as if not installed
     with pytest.raises(UserError, match=r"pip install 'minirl\[megatron\]'"):
-        MegatronTrainingEngine(ckpt, MEGATRON, OptimConfig())
+        MegatronTrainingEngine(ckpt, UpdateSettings())
 
 
 def test_the_loop_on_megatron_r2_then_resume(tiny_config, monkeypatch):

@@ -21,7 +21,8 @@ import megatron_parallel_worker as job
 from core.errors import UserError
 from trainer.config import load_config
 from trainer.engines.config import EngineConfig, MegatronConfig
-from trainer.engines.megatron.training import MegatronTrainingEngine
+from trainer.engines.factory import make_training_engine
+from trainer.engines.megatron.training import MegatronTrainingEngine, check_sizes
 from trainer.models import ModelConfig, build_tiny_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,7 +48,8 @@ def _moments(state: dict) -> dict:
 
 @pytest.mark.parametrize("ep", [2, 1])
 def test_two_ranks_update_like_one_and_resume_both_ways(ckpt, tmp_path, ep):
-    one = MegatronTrainingEngine(ckpt, job.config(1), job.OPTIM)
+    one = make_training_engine(ckpt, job.config(1), job.OPTIM)
+    assert isinstance(one, MegatronTrainingEngine)
     ref = job.updates(one)
     torch.save(one.state_dict(), tmp_path / "one.pt")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
@@ -76,7 +78,7 @@ def test_two_ranks_update_like_one_and_resume_both_ways(ckpt, tmp_path, ep):
 
     # resume 1 -> 2 (the job loaded one.pt) and 2 -> 1: one more update each, the same
     resumed = torch.load(tmp_path / "two_resumed.pt", weights_only=True)
-    back = MegatronTrainingEngine(ckpt, job.config(1), job.OPTIM)
+    back = make_training_engine(ckpt, job.config(1), job.OPTIM)
     back.load_state_dict(state)
     for engine in (one, back):
         stats = job.one_update(engine, ref["routes"])
@@ -105,21 +107,22 @@ def test_parallel_config_keys_and_their_errors(ckpt, tmp_path):
         with pytest.raises(UserError, match=message):
             load_config(ROOT / "configs" / "demo.yaml", [*training, override])
 
-    sizes = MegatronConfig(expert_model_parallel_size=2)
+    # (world size, experts, tensor, pipeline, expert parallel)
     with pytest.raises(ValueError, match=r"expert_model_parallel_size=2 \* .* world size 1"):
-        sizes.check_world(1, 8)
+        check_sizes(1, 8, 1, 1, 2)
     with pytest.raises(ValueError, match="must divide the model's 6 experts"):
-        MegatronConfig(expert_model_parallel_size=4).check_world(4, 6)
+        check_sizes(4, 6, 1, 1, 4)
     with pytest.raises(ValueError, match="must divide the world size 3"):
-        MegatronConfig(tensor_model_parallel_size=2).check_world(3, 8)
-    sizes.check_world(4, 8)  # DP 4, expert-DP 2
+        check_sizes(3, 8, 2, 1, 1)
+    check_sizes(4, 8, 1, 1, 2)  # DP 4, expert-DP 2
 
+    sizes = MegatronConfig(expert_model_parallel_size=2)
     megatron = EngineConfig(training="megatron", megatron=sizes)  # one process: too few
     with pytest.raises(UserError, match="--nproc"):
-        MegatronTrainingEngine(ckpt, megatron, job.OPTIM)
+        make_training_engine(ckpt, megatron, job.OPTIM)
     tp = EngineConfig(training="megatron", megatron=MegatronConfig(tensor_model_parallel_size=2))
     with pytest.raises(UserError, match="tensor_model_parallel_size=2: not supported"):
-        MegatronTrainingEngine(ckpt, tp, job.OPTIM)
+        make_training_engine(ckpt, tp, job.OPTIM)
 
 
 def test_minirl_train_on_two_ranks_with_expert_parallel_then_resume_in_one(tiny_config, tmp_path):

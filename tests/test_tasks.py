@@ -11,7 +11,7 @@ import pytest
 
 from core.errors import UserError
 from trainer.tasks import TaskConfig, in_heldout, make_task
-from trainer.tasks.generated import KINDS, add_trace_target
+from trainer.tasks.generated import KINDS, GeneratedTask, add_trace_target
 from trainer.tasks.verifiers import exact, numeric, resolve_verifier
 
 
@@ -24,6 +24,15 @@ def test_generation_is_deterministic_by_seed(kind):
     assert a.sample_train(32, seed=7) != a.sample_train(32, seed=8)
     other = make_task(TaskConfig(kind=kind, digits=4, seed=4))
     assert other.heldout() != a.heldout()
+
+
+def test_a_task_is_usable_without_the_config():
+    """make_task passes every TaskConfig field the task uses: the same task built by hand."""
+    cfg = TaskConfig(kind="sort", digits=5, seed=2, heldout_size=30, heldout_frac=0.3)
+    by_hand = GeneratedTask("sort", exact, digits=5, seed=2, heldout_size=30, heldout_frac=0.3)
+    task = make_task(cfg)
+    assert task.heldout() == by_hand.heldout() and len(task.heldout()) == 30
+    assert task.sample_train(16, seed=1) == by_hand.sample_train(16, seed=1)
 
 
 def test_split_is_disjoint_over_the_whole_space():

@@ -6,14 +6,15 @@ import math
 import pytest
 import torch
 
+from core.errors import UserError
 from trainer.engines.base import SamplingParams
-from trainer.engines.config import EngineConfig, OptimConfig
+from trainer.engines.config import EngineConfig
 from trainer.engines.decode import _filter_logits, sample_next
 from trainer.engines.torch.inference import TorchInferenceEngine
 from trainer.engines.torch.training import TorchTrainingEngine
+from trainer.engines.update import UpdateSettings
 from trainer.models import ModelConfig, build_tiny_checkpoint
 
-FP32 = EngineConfig(train_dtype="fp32", inference_dtype="fp32")
 PROMPTS = ["12+3=", "7*8-1=", "1="]
 
 
@@ -24,12 +25,12 @@ def ckpt(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def trainer(ckpt):
-    return TorchTrainingEngine(ckpt, FP32, OptimConfig())
+    return TorchTrainingEngine(ckpt, UpdateSettings())
 
 
 @pytest.fixture(scope="module")
 def engine(ckpt):
-    eng = TorchInferenceEngine(ckpt, FP32)
+    eng = TorchInferenceEngine(ckpt, dtype="fp32")
     yield eng
     eng.close()
 
@@ -74,13 +75,13 @@ def test_fp32_logp_and_routing_equal_the_training_engines(engine, trainer):
 @pytest.mark.parametrize(
     "numerics",
     [
-        dict(inference_dtype="bf16"),
-        dict(inference_dtype="fp32", weight_quant="fp8_e4m3"),
-        dict(inference_dtype="bf16", weight_quant="fp4", activation_quant="fp8_e4m3"),
+        dict(dtype="bf16"),
+        dict(dtype="fp32", weight_quant="fp8_e4m3"),
+        dict(dtype="bf16", weight_quant="fp4", activation_quant="fp8_e4m3"),
     ],
 )
 def test_low_precision_engines_mismatch_a_little(ckpt, trainer, numerics):
-    eng = TorchInferenceEngine(ckpt, EngineConfig(**numerics))
+    eng = TorchInferenceEngine(ckpt, **numerics)
     ro = eng.generate(_prompts(eng), SamplingParams(n=4, max_new_tokens=10), seed=2)
     eng.close()
     logp, _ = _recompute(trainer, ro)
@@ -129,8 +130,8 @@ def test_eos_ends_a_response_and_the_cap_truncates(engine):
 
 
 def test_update_weights_makes_the_engine_match_a_changed_model(ckpt):
-    trainer = TorchTrainingEngine(ckpt, FP32, OptimConfig(lr=1e-2))
-    engine = TorchInferenceEngine(ckpt, FP32)
+    trainer = TorchTrainingEngine(ckpt, UpdateSettings(lr=1e-2))
+    engine = TorchInferenceEngine(ckpt, dtype="fp32")
     ro = engine.generate(_prompts(engine), SamplingParams(n=2, max_new_tokens=6), seed=5)
     logp, _, _ = trainer.forward_logprobs(ro.input_ids, ro.attention_mask, ro.response_mask)
     trainer.step(-(logp.sum()))  # push up the sampled tokens
@@ -142,7 +143,7 @@ def test_update_weights_makes_the_engine_match_a_changed_model(ckpt):
     assert (after - ro2.logp).abs().max() < 1e-5
     engine.close()
 
-    fp8 = TorchInferenceEngine(ckpt, EngineConfig(inference_dtype="bf16", weight_quant="fp8_e4m3"))
+    fp8 = TorchInferenceEngine(ckpt, dtype="bf16", weight_quant="fp8_e4m3")
     fp8.update_weights(trainer.model)
     from trainer.engines.quant import round_weight
 
@@ -151,7 +152,7 @@ def test_update_weights_makes_the_engine_match_a_changed_model(ckpt):
     assert torch.equal(dst, round_weight(src, "fp8_e4m3").to(torch.bfloat16))
     assert torch.equal(fp8.model.lm_head.weight, trainer.model.lm_head.weight.bfloat16())
     dense = build_tiny_checkpoint(ModelConfig(arch="qwen3"), ckpt.parent / "dense")
-    other = TorchTrainingEngine(dense, FP32, OptimConfig())
+    other = TorchTrainingEngine(dense, UpdateSettings())
     with pytest.raises(ValueError, match="missing"):
         fp8.update_weights(other.model)
     fp8.close()
@@ -186,4 +187,13 @@ def test_factory_picks_the_configured_backend(ckpt):
 
     eng = make_inference_engine(ckpt, EngineConfig(inference="torch", inference_dtype="fp32"))
     assert isinstance(eng, TorchInferenceEngine) and eng.model.dtype == torch.float32
+    assert eng.exact and eng.weight_quant == "none"
     eng.close()
+    numerics = EngineConfig(device="cpu", weight_quant="fp4", activation_quant="fp8_e4m3")
+    eng = make_inference_engine(ckpt, numerics)  # each setting reaches the engine
+    assert eng.device == torch.device("cpu") and eng.model.dtype == torch.bfloat16
+    assert (eng.weight_quant, eng.activation_quant) == ("fp4", "fp8_e4m3") and not eng.exact
+    assert eng._act_hooks  # the activations are rounded
+    eng.close()
+    with pytest.raises(UserError, match="vllm_in_process"):
+        make_inference_engine(ckpt, EngineConfig(inference="vllm", vllm_in_process=False))

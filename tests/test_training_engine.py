@@ -6,8 +6,8 @@ import math
 import pytest
 import torch
 
-from trainer.engines.config import EngineConfig, OptimConfig
 from trainer.engines.torch.training import TorchTrainingEngine
+from trainer.engines.update import UpdateSettings
 from trainer.models import ModelConfig, build_tiny_checkpoint
 
 
@@ -47,7 +47,7 @@ def _reference(model, ids, attention, response):
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_logp_and_entropy_match_a_float64_reference(ckpt, dtype):
-    eng = TorchTrainingEngine(ckpt, EngineConfig(train_dtype=dtype), OptimConfig())
+    eng = TorchTrainingEngine(ckpt, UpdateSettings(), dtype=dtype)
     ids, attention, response = _batch()
     logp, ent, routed = eng.forward_logprobs(ids, attention, response, with_entropy=True)
     assert logp.dtype == torch.float32 and ent.dtype == torch.float32 and routed is None
@@ -61,7 +61,7 @@ def test_logp_and_entropy_match_a_float64_reference(ckpt, dtype):
 
 def test_record_then_replay_is_a_no_op_and_keeps_router_gradients(ckpt):
     """R2 on the first mini-batch: replaying e^π_old at θ_old changes nothing."""
-    eng = TorchTrainingEngine(ckpt, EngineConfig(), OptimConfig())
+    eng = TorchTrainingEngine(ckpt, UpdateSettings())
     ids, attention, response = _batch(1)
     with torch.no_grad():
         old, _, routed = eng.forward_logprobs(ids, attention, response, record=True)
@@ -86,7 +86,7 @@ def test_record_then_replay_is_a_no_op_and_keeps_router_gradients(ckpt):
 
 
 def test_step_clips_reports_and_skips_non_finite(ckpt):
-    eng = TorchTrainingEngine(ckpt, EngineConfig(), OptimConfig(lr=1e-3, grad_clip=0.5))
+    eng = TorchTrainingEngine(ckpt, UpdateSettings(lr=1e-3, grad_clip=0.5))
     ids, attention, response = _batch(2)
     logp, _, _ = eng.forward_logprobs(ids, attention, response)
     (-logp.sum()).backward()
@@ -116,14 +116,14 @@ def test_step_clips_reports_and_skips_non_finite(ckpt):
 
 
 def test_checkpoint_round_trip_with_weights_only(ckpt, tmp_path):
-    a = TorchTrainingEngine(ckpt, EngineConfig(), OptimConfig(lr=1e-3))
+    a = TorchTrainingEngine(ckpt, UpdateSettings(lr=1e-3))
     ids, attention, response = _batch(3)
     for _ in range(2):
         logp, _, _ = a.forward_logprobs(ids, attention, response)
         a.step(-logp.sum())
     a.set_lr_scale(0.5)
     a.save(tmp_path / "engine.pt")
-    b = TorchTrainingEngine(ckpt, EngineConfig(), OptimConfig(lr=1e-3))
+    b = TorchTrainingEngine(ckpt, UpdateSettings(lr=1e-3))
     b.load(tmp_path / "engine.pt")  # torch.load(weights_only=True) inside
     assert b.lr_scale == 0.5
     for eng in (a, b):  # one more identical step from both: identical weights after
@@ -131,3 +131,25 @@ def test_checkpoint_round_trip_with_weights_only(ckpt, tmp_path):
         eng.step(-logp.sum())
     for (name, pa), pb in zip(a.model.named_parameters(), b.model.parameters(), strict=True):
         assert torch.equal(pa, pb), name
+
+
+def test_factory_builds_the_configured_engine(ckpt):
+    """Every EngineConfig/OptimConfig value the PyTorch engine uses reaches it."""
+    from trainer.engines.config import EngineConfig, OptimConfig
+    from trainer.engines.factory import make_training_engine
+
+    optim = OptimConfig(lr=2e-3, beta1=0.8, beta2=0.95, eps=1e-6, weight_decay=0.1, grad_clip=0.3)
+    config = EngineConfig(device="cpu", train_dtype="bf16")
+    eng = make_training_engine(ckpt, config, optim)
+    assert isinstance(eng, TorchTrainingEngine) and eng.model.dtype == torch.bfloat16
+    assert eng.device == torch.device("cpu") and eng.policy.autocast == "none"
+    group = eng.optimizer.param_groups[0]
+    assert (group["lr"], group["betas"], group["eps"], group["weight_decay"]) == (
+        2e-3,
+        (0.8, 0.95),
+        1e-6,
+        0.1,
+    )
+    assert eng.update.optim.grad_clip == 0.3
+    amp = make_training_engine(ckpt, EngineConfig(device="cpu", autocast="bf16"), optim)
+    assert amp.policy.autocast == "bf16" and amp.model.dtype == torch.float32

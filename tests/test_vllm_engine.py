@@ -14,15 +14,14 @@ import torch
 
 from core.errors import UserError
 from trainer.engines.base import SamplingParams
-from trainer.engines.config import EngineConfig, OptimConfig
 from trainer.engines.torch.training import TorchTrainingEngine
+from trainer.engines.update import UpdateSettings
 from trainer.engines.vllm import weights as vllm_weights
 from trainer.engines.vllm.inference import VLLMEngine, import_vllm, sequence_seed
 from trainer.models import ModelConfig, build_tiny_checkpoint
 
 pytestmark = pytest.mark.vllm
 
-FP32 = EngineConfig(inference="vllm", inference_dtype="fp32", train_dtype="fp32")
 PROMPTS = [[1, 20, 21, 22, 23], [1, 40, 41], [1, 20, 21, 22, 23], [1, 7, 8, 9, 10, 11, 12]]
 PARAMS = SamplingParams(n=4, max_new_tokens=10)
 EOS_ID = 2  # the char tokenizer's <eos> (trainer/models/tokenizer.py)
@@ -35,14 +34,14 @@ def ckpt(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def engine(ckpt):
-    eng = VLLMEngine(ckpt, FP32)
+    eng = VLLMEngine(ckpt, dtype="fp32")
     yield eng
     eng.close()
 
 
 @pytest.fixture(scope="module")
 def trainer(ckpt):
-    return TorchTrainingEngine(ckpt, FP32, OptimConfig())
+    return TorchTrainingEngine(ckpt, UpdateSettings())
 
 
 @pytest.fixture(scope="module")
@@ -171,7 +170,7 @@ def test_eos_ends_responses(engine, trainer):
 def test_weight_sync_moe_verified(engine, ckpt):
     """After a sync the engine equals the changed model (this fails without the CPU MoE
     prepack fix: update_weights raises WeightSyncError)."""
-    trainer = TorchTrainingEngine(ckpt, FP32, OptimConfig())
+    trainer = TorchTrainingEngine(ckpt, UpdateSettings())
     _perturb(trainer.model, 0.05, seed=1)
     engine.update_weights(trainer.model)
     assert engine.last_sync.max_abs <= 1e-4
@@ -182,7 +181,7 @@ def test_weight_sync_moe_verified(engine, ckpt):
 def test_raw_vllm_reload_still_corrupts_moe_experts(engine, ckpt):
     """Watches the upstream bug: vLLM's reload without our repack must mismatch. If this
     fails, vLLM fixed it, and `repack_cpu_moe_experts` would now double-pack: remove it."""
-    trainer = TorchTrainingEngine(ckpt, FP32, OptimConfig())
+    trainer = TorchTrainingEngine(ckpt, UpdateSettings())
     _perturb(trainer.model, 0.05, seed=2)
     tensors = vllm_weights.checkpoint_tensors(trainer.model)
     ref = vllm_weights.reference_logprobs(trainer.model, engine.probe)
@@ -195,7 +194,7 @@ def test_raw_vllm_reload_still_corrupts_moe_experts(engine, ckpt):
 
 
 def test_failed_verification_is_an_error(engine, ckpt, monkeypatch):
-    trainer = TorchTrainingEngine(ckpt, FP32, OptimConfig())
+    trainer = TorchTrainingEngine(ckpt, UpdateSettings())
     _perturb(trainer.model, 0.05, seed=3)
     monkeypatch.setattr(vllm_weights, "repack_cpu_moe_experts", lambda _model: 0)
     with pytest.raises(vllm_weights.WeightSyncError, match=r"not verified: max \|Δ log π\|"):

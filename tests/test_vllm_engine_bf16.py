@@ -11,15 +11,14 @@ import pytest
 import torch
 
 from trainer.engines.base import SamplingParams
-from trainer.engines.config import EngineConfig, OptimConfig
 from trainer.engines.torch.training import TorchTrainingEngine
+from trainer.engines.update import UpdateSettings
 from trainer.engines.vllm import weights as vllm_weights
 from trainer.engines.vllm.inference import VLLMEngine
 from trainer.models import ModelConfig, build_tiny_checkpoint
 
 pytestmark = pytest.mark.vllm
 
-BF16 = EngineConfig(inference="vllm", inference_dtype="bf16", train_dtype="fp32")
 PROMPTS = [[1, *range(10 + i, 16 + i)] for i in range(0, 64, 8)]  # 8 prompts
 PARAMS = SamplingParams(n=8, max_new_tokens=16)
 
@@ -28,14 +27,14 @@ PARAMS = SamplingParams(n=8, max_new_tokens=16)
 def checkpoint_and_engine(tmp_path_factory):
     """The tiny MoE checkpoint and one bf16 vLLM engine on it, for the whole module."""
     ckpt = build_tiny_checkpoint(ModelConfig(seed=5), tmp_path_factory.mktemp("moe16"))
-    engine = VLLMEngine(ckpt, BF16)
+    engine = VLLMEngine(ckpt, dtype="bf16")
     yield ckpt, engine
     engine.close()
 
 
 def test_bf16_rollout_shows_routing_and_logprob_mismatch(checkpoint_and_engine):
     ckpt, engine = checkpoint_and_engine
-    trainer = TorchTrainingEngine(ckpt, BF16, OptimConfig())
+    trainer = TorchTrainingEngine(ckpt, UpdateSettings())
     ro = engine.generate(PROMPTS, PARAMS, seed=0)
     logp, _, routed = trainer.forward_logprobs(
         ro.input_ids, ro.attention_mask, ro.response_mask, record=True
@@ -53,7 +52,7 @@ def test_bf16_weight_sync_calibrated_bound(checkpoint_and_engine):
     """Sharper weights raise bf16's error (mean |Δ| ≈ 0.1 at x3); the calibrated bound
     follows it, and still rejects the unpacked-experts bug (≈ 1.0 at x3)."""
     ckpt, engine = checkpoint_and_engine
-    trainer = TorchTrainingEngine(ckpt, BF16, OptimConfig())
+    trainer = TorchTrainingEngine(ckpt, UpdateSettings())
     with torch.no_grad():
         for p in trainer.model.parameters():
             p.mul_(3.0)

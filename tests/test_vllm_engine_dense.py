@@ -18,16 +18,15 @@ import torch
 
 from trainer.engines import quant
 from trainer.engines.base import SamplingParams
-from trainer.engines.config import EngineConfig, OptimConfig
 from trainer.engines.decode import _filter_logits
 from trainer.engines.torch.training import TorchTrainingEngine
+from trainer.engines.update import UpdateSettings
 from trainer.engines.vllm import weights as vllm_weights
 from trainer.engines.vllm.inference import VLLMEngine
 from trainer.models import ModelConfig, build_tiny_checkpoint
 
 pytestmark = pytest.mark.vllm
 
-FP32 = EngineConfig(inference="vllm", inference_dtype="fp32", train_dtype="fp32")
 PROMPTS = [[1, 30, 31, 32], [1, 50, 51, 52, 53, 54], [1, 9]]
 PARAMS = SamplingParams(n=3, max_new_tokens=12, temperature=0.9, top_p=0.95)
 
@@ -54,7 +53,7 @@ def started(ckpt):
         "set_num_threads": torch.set_num_threads,
         "environ": _environ(),
     }
-    eng = VLLMEngine(ckpt, FP32)
+    eng = VLLMEngine(ckpt, dtype="fp32")
     yield eng, before
     eng.close()
 
@@ -66,7 +65,7 @@ def engine(started):
 
 @pytest.fixture(scope="module")
 def trainer(ckpt):
-    return TorchTrainingEngine(ckpt, FP32, OptimConfig())
+    return TorchTrainingEngine(ckpt, UpdateSettings())
 
 
 def _recompute(trainer: TorchTrainingEngine, ro) -> torch.Tensor:
@@ -109,7 +108,7 @@ def test_dense_rollout_logprobs_match_training_engine(engine, trainer):
 
 
 def test_dense_weight_sync_verified(engine, ckpt):
-    trainer = TorchTrainingEngine(ckpt, FP32, OptimConfig())
+    trainer = TorchTrainingEngine(ckpt, UpdateSettings())
     before = engine.generate(PROMPTS, PARAMS, seed=2)
     with torch.no_grad():
         for p in trainer.model.parameters():
@@ -125,11 +124,11 @@ def test_dense_weight_sync_verified(engine, ckpt):
 def test_sync_with_simulated_fp8_weights(engine, trainer):
     """weight_quant rounds the synced weights like the PyTorch engine (quant.py); the
     engine then equals a copy of the model rounded by quant.quantize_weights_."""
-    engine.config = EngineConfig(inference="vllm", inference_dtype="fp32", weight_quant="fp8_e4m3")
+    engine.weight_quant = "fp8_e4m3"
     try:
         engine.update_weights(trainer.model)  # verified against the rounded reference
     finally:
-        engine.config = FP32
+        engine.weight_quant = "none"
     rounded = copy.deepcopy(trainer)
     assert quant.quantize_weights_(rounded.model, "fp8_e4m3") > 0
     ro = engine.generate(PROMPTS, PARAMS, seed=3)

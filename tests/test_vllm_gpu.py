@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.engines.config import EngineConfig
 from trainer.engines.vllm import gpu as vllm_gpu
 
 vllm = pytest.importorskip("vllm")
@@ -23,7 +22,7 @@ def _output(tokens: list[int], routed: np.ndarray | None) -> CompletionOutput:
 
 
 def test_moe_engine_args_ask_vllm_for_routed_experts():
-    kwargs, env = vllm_gpu.engine_args(EngineConfig(vllm_gpu_memory=0.3), is_moe=True)
+    kwargs, env = vllm_gpu.engine_args(0.3, is_moe=True)
     assert kwargs == {
         "gpu_memory_utilization": 0.3,
         "enable_return_routed_experts": True,
@@ -36,7 +35,7 @@ def test_moe_engine_args_ask_vllm_for_routed_experts():
 
 
 def test_dense_engine_args_only_share_memory():
-    kwargs, env = vllm_gpu.engine_args(EngineConfig(), is_moe=False)
+    kwargs, env = vllm_gpu.engine_args(0.4, is_moe=False)
     assert kwargs == {"gpu_memory_utilization": 0.4} and env == {}
 
 

@@ -49,7 +49,7 @@ def induce(run: RunState, incident: Incident) -> None:
 def _set_controls(run: RunState, controls: Controls) -> None:
     """The run's new controls; a rollout precision that moved is synced into the engine."""
     run.controls = controls
-    if run.engine is not None and run.engine.config.weight_quant != controls.rollout_quant:
+    if run.engine is not None and run.engine.weight_quant != controls.rollout_quant:
         apply_rollout_quant(run.engine, run.policy.model, controls.rollout_quant)
 
 

@@ -271,5 +271,5 @@ class InOwnWorld:
     def __setattr__(self, name: str, value: Any) -> None:
         if name.startswith("_"):
             object.__setattr__(self, name, value)
-        else:  # e.g. a scripted incident's new engine.config
+        else:  # e.g. a scripted incident's new weight_quant
             setattr(self._engine, name, value)

@@ -17,7 +17,6 @@ step of the run, not at a position of the data. This module does not decide when
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,5 +67,5 @@ def due(incidents: tuple[Incident, ...], step: int) -> list[Incident]:
 def apply_rollout_quant(engine: Any, policy_model: Any, weight_quant: str) -> None:
     """Make the inference engine round its weights through `weight_quant` from now on,
     and sync the current policy into it (verified as every sync is)."""
-    engine.config = dataclasses.replace(engine.config, weight_quant=weight_quant)
+    engine.weight_quant = weight_quant
     engine.update_weights(policy_model)

@@ -93,14 +93,13 @@ def make_setup(cfg: Any, threads: int) -> Setup:
 
     from trainer.coldstart import cold_start
     from trainer.controls import Controls
-    from trainer.engines.factory import make_inference_engine
-    from trainer.engines.torch.training import TorchTrainingEngine
+    from trainer.engines.factory import make_inference_engine, make_training_engine
     from trainer.tasks import make_task
 
     torch.set_num_threads(threads)
     torch.manual_seed(cfg.seed)
     start = cold_start(cfg.model, cfg.task, cfg.cold_start, eval_cfg=cfg.eval, progress=True)
-    policy = TorchTrainingEngine(start.path, cfg.engine, cfg.optim)
+    policy = make_training_engine(start.path, cfg.engine, cfg.optim)
     engine = make_inference_engine(start.path, cfg.engine)
     controls = Controls(cfg.loss, cfg.train.mini_batches, cfg.train.routing_replay)
     snapshot = copy.deepcopy(policy.state_dict())

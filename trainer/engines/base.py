@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from trainer.engines.config import EngineConfig
+from core.vocabulary import WeightQuant
 
 
 @dataclass(frozen=True)
@@ -80,9 +80,9 @@ class WeightSyncError(RuntimeError):
 class InferenceEngine(Protocol):
     """Samples from μ_old and accepts new weights after every training step."""
 
-    config: EngineConfig
-    """Its settings; `weight_quant` is how it rounds the weights it is given, and the loop
-    replaces the config when the rollout precision moves (trainer/incidents.py)."""
+    weight_quant: WeightQuant
+    """How it rounds the weights it is given; the loop sets it when the rollout
+    precision moves (trainer/incidents.py), then syncs the weights again."""
 
     def generate(
         self, prompts: Sequence[Sequence[int]], params: SamplingParams, seed: int

@@ -58,31 +58,6 @@ class MegatronConfig:
                 "(the engine has no pipeline schedule; every rank runs every layer)"
             )
 
-    def check_world(self, world_size: int, num_experts: int) -> None:
-        """Raise ValueError (naming the engine.megatron key) unless these sizes fit a job
-        of `world_size` processes and a model of `num_experts` experts per layer."""
-        tp, pp, ep = (
-            self.tensor_model_parallel_size,
-            self.pipeline_model_parallel_size,
-            self.expert_model_parallel_size,
-        )
-        hint = "; start that many processes with minirl train --nproc N"
-        if world_size % (tp * pp):
-            raise ValueError(
-                f"engine.megatron.tensor_model_parallel_size={tp} * "
-                f"pipeline_model_parallel_size={pp} must divide the world size {world_size}" + hint
-            )
-        if num_experts % ep:
-            raise ValueError(
-                f"engine.megatron.expert_model_parallel_size={ep} must divide the model's "
-                f"{num_experts} experts per layer"
-            )
-        if (world_size // pp) % (ep * tp):
-            raise ValueError(
-                f"engine.megatron.expert_model_parallel_size={ep} * tensor_model_parallel_"
-                f"size={tp} must divide the world size {world_size} (per pipeline stage)" + hint
-            )
-
     @property
     def parallel(self) -> bool:
         """Any size beyond 1."""
@@ -160,15 +135,6 @@ class EngineConfig:
             raise ValueError(f"vllm_gpu_memory={self.vllm_gpu_memory}: must be in (0, 1)")
         if self.inference == "vllm" and self.activation_quant != "none":
             raise ValueError("activation_quant: simulated only by the torch inference engine")
-
-    @property
-    def exact_inference(self) -> bool:
-        """Inference numerics equal to an fp32 training engine's (up to kernel order)."""
-        return (
-            self.inference_dtype == "fp32"
-            and self.weight_quant == "none"
-            and self.activation_quant == "none"
-        )
 
 
 def _sizes(cfg: MegatronConfig) -> str:

@@ -18,9 +18,8 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor, nn
 
-from trainer.engines.config import OptimConfig
 from trainer.engines.scoring import check_batch, response_logprobs
-from trainer.engines.update import Update
+from trainer.engines.update import Update, UpdateSettings
 
 
 class Policy(Protocol):
@@ -60,7 +59,7 @@ class Policy(Protocol):
 class LocalTrainingEngine:
     """`TrainingEngine` over a `Policy` whose `device` holds the whole batch."""
 
-    def __init__(self, policy: Policy, optim: OptimConfig) -> None:
+    def __init__(self, policy: Policy, optim: UpdateSettings) -> None:
         self.policy = policy
         self.update = Update(policy.module, optim, policy.autograd_context)
         self.optim = optim

@@ -14,33 +14,46 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from minirl.sequence import grad_cosine
-from trainer.engines.config import OptimConfig
 
 
-def adamw(params: Iterable[nn.Parameter], optim: OptimConfig) -> torch.optim.AdamW:
-    """AdamW as `optim` configures it."""
+@dataclass(frozen=True)
+class UpdateSettings:
+    """AdamW's hyperparameters and the gradient clip of an `Update`."""
+
+    lr: float = 3e-4
+    """Base learning rate (the lr scale multiplies it)."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    """Max global L2 norm of the gradient; 0 disables clipping."""
+
+
+def adamw(params: Iterable[nn.Parameter], settings: UpdateSettings) -> torch.optim.AdamW:
+    """AdamW with `settings`' hyperparameters."""
     return torch.optim.AdamW(
         params,
-        lr=optim.lr,
-        betas=(optim.beta1, optim.beta2),
-        eps=optim.eps,
-        weight_decay=optim.weight_decay,
+        lr=settings.lr,
+        betas=settings.betas,
+        eps=settings.eps,
+        weight_decay=settings.weight_decay,
     )
 
 
 class Update:
     """AdamW over `module`'s parameters: one step per loss, clipped, skipped when the
-    gradient norm is not finite, at the configured lr times `lr_scale`."""
+    gradient norm is not finite, at `optim.lr` times `lr_scale`."""
 
     def __init__(
         self,
         module: nn.Module,
-        optim: OptimConfig,
+        optim: UpdateSettings,
         context: Callable[[], AbstractContextManager[None]] = nullcontext,
     ) -> None:
         self.module, self.optim = module, optim

@@ -13,11 +13,14 @@ from trainer.tasks.verifiers import resolve_verifier
 
 
 def make_task(cfg: TaskConfig) -> Task:
-    """The task of a TaskConfig (reads the dataset files of kind=jsonl)."""
+    """The task of a TaskConfig (reads the dataset files of kind=jsonl); the tasks take
+    explicit arguments and never see the config."""
     verifier = resolve_verifier(cfg.verifier)
+    split = dict(seed=cfg.seed, heldout_size=cfg.heldout_size, heldout_frac=cfg.heldout_frac)
     if cfg.kind == "jsonl":
-        return JsonlTask(cfg, verifier)
-    return GeneratedTask(cfg, verifier)
+        assert cfg.train_path is not None  # TaskConfig checks it for kind=jsonl
+        return JsonlTask(cfg.train_path, verifier, eval_path=cfg.eval_path, **split)
+    return GeneratedTask(cfg.kind, verifier, digits=cfg.digits, **split)
 
 
 __all__ = ["Example", "Task", "TaskConfig", "in_heldout", "make_task"]

@@ -16,7 +16,6 @@ from collections.abc import Callable
 
 from core.errors import UserError
 from trainer.tasks.base import Example, Task, in_heldout
-from trainer.tasks.config import TaskConfig
 from trainer.tasks.verifiers import Verifier
 
 ANSWER_MARKER = ">"
@@ -76,44 +75,56 @@ KINDS: dict[
 
 
 class GeneratedTask(Task):
-    """An endless generated task with a fixed held-out split (see base.in_heldout)."""
+    """An endless generated task of a `kind` of KINDS at `digits`, with a fixed held-out
+    split of `heldout_size` examples drawn from a `heldout_frac` share of the prompts
+    (by a hash with `seed`, see base.in_heldout)."""
 
-    def __init__(self, cfg: TaskConfig, verifier: Verifier):
+    def __init__(
+        self,
+        kind: str,
+        verifier: Verifier,
+        *,
+        digits: int,
+        seed: int,
+        heldout_size: int,
+        heldout_frac: float,
+    ):
         super().__init__(verifier)
-        self.cfg = cfg
-        self._draw, space, longest = KINDS[cfg.kind]
-        self.space = space(cfg.digits)
-        self._longest = longest(cfg.digits)
-        self.answer_marker = ANSWER_MARKER if cfg.kind == "add_trace" else None
+        self.kind, self.digits, self.seed = kind, digits, seed
+        self.heldout_size, self.heldout_frac = heldout_size, heldout_frac
+        self._draw, space, longest = KINDS[kind]
+        self.space = space(digits)
+        self._longest = longest(digits)
+        self.answer_marker = ANSWER_MARKER if kind == "add_trace" else None
         # Expect ≈ space·frac held-out prompts: ask for at most half of them, so that
         # drawing distinct ones stays fast.
-        if self.space * cfg.heldout_frac < 2 * cfg.heldout_size:
+        if self.space * heldout_frac < 2 * heldout_size:
             raise UserError(
-                f"task: {cfg.kind} with digits={cfg.digits} has {self.space} distinct prompts, "
-                f"too few for heldout_size={cfg.heldout_size} at heldout_frac="
-                f"{cfg.heldout_frac} (needs space*frac >= 2*heldout_size); raise digits"
+                f"task: {kind} with digits={digits} has {self.space} distinct prompts, "
+                f"too few for heldout_size={heldout_size} at heldout_frac="
+                f"{heldout_frac} (needs space*frac >= 2*heldout_size); raise digits"
             )
         self._heldout: list[Example] | None = None
 
     def _draw_side(self, rng: random.Random, heldout: bool) -> Example:
         for _ in range(MAX_TRIES_PER_EXAMPLE):
-            ex = self._draw(rng, self.cfg.digits)
-            if in_heldout(ex.prompt, self.cfg.seed, self.cfg.heldout_frac) == heldout:
+            ex = self._draw(rng, self.digits)
+            if in_heldout(ex.prompt, self.seed, self.heldout_frac) == heldout:
                 return ex
         raise RuntimeError("split rejection sampling did not terminate")  # frac in (0,1)
 
     def heldout(self) -> list[Example]:
         if self._heldout is None:
-            rng = random.Random(f"heldout:{self.cfg.kind}:{self.cfg.digits}:{self.cfg.seed}")
+            rng = random.Random(f"heldout:{self.kind}:{self.digits}:{self.seed}")
             seen: dict[str, Example] = {}
-            while len(seen) < self.cfg.heldout_size:
+            while len(seen) < self.heldout_size:
                 ex = self._draw_side(rng, heldout=True)
                 seen.setdefault(ex.prompt, ex)
             self._heldout = list(seen.values())
         return list(self._heldout)
 
     def sample_train(self, k: int, seed: int | str) -> list[Example]:
-        rng = random.Random(f"train:{self.cfg.kind}:{self.cfg.digits}:{self.cfg.seed}:{seed}")
+        rng = random.Random(f"train:{self.kind}:{self.digits}:{self.seed}:{seed}")
         return [self._draw_side(rng, heldout=False) for _ in range(k)]
 
     @property

@@ -13,7 +13,6 @@ from pathlib import Path
 
 from core.errors import UserError, read_text
 from trainer.tasks.base import Example, Task, in_heldout
-from trainer.tasks.config import TaskConfig
 from trainer.tasks.verifiers import Verifier
 
 KEYS = {"prompt", "answer", "target"}
@@ -50,38 +49,49 @@ def read_jsonl(path: str | Path) -> list[Example]:
 
 
 class JsonlTask(Task):
-    """A finite dataset: training draws from it with replacement across steps."""
+    """A finite dataset: training draws from it with replacement across steps. The
+    held-out examples (at most `heldout_size`) are `eval_path`'s, or else a
+    `heldout_frac` share of `train_path`'s prompts (by a hash with `seed`)."""
 
-    def __init__(self, cfg: TaskConfig, verifier: Verifier):
+    def __init__(
+        self,
+        train_path: str | Path,
+        verifier: Verifier,
+        *,
+        eval_path: str | Path | None,
+        seed: int,
+        heldout_size: int,
+        heldout_frac: float,
+    ):
         super().__init__(verifier)
-        self.cfg = cfg
-        train = read_jsonl(cfg.train_path)
-        if cfg.eval_path is not None:
-            heldout = read_jsonl(cfg.eval_path)
+        self.seed = seed
+        train = read_jsonl(train_path)
+        if eval_path is not None:
+            heldout = read_jsonl(eval_path)
             held_prompts = {ex.prompt for ex in heldout}
             train = [ex for ex in train if ex.prompt not in held_prompts]
         else:
-            split = [in_heldout(ex.prompt, cfg.seed, cfg.heldout_frac) for ex in train]
+            split = [in_heldout(ex.prompt, seed, heldout_frac) for ex in train]
             heldout = [ex for ex, h in zip(train, split, strict=True) if h]
             train = [ex for ex, h in zip(train, split, strict=True) if not h]
         if not train:
             raise UserError(
-                f"task dataset {cfg.train_path}: no training examples left after "
+                f"task dataset {train_path}: no training examples left after "
                 "removing the held-out prompts"
             )
         if not heldout:
             raise UserError(
-                f"task dataset {cfg.train_path}: the held-out split is empty; "
+                f"task dataset {train_path}: the held-out split is empty; "
                 "give task.eval_path or raise task.heldout_frac"
             )
         self.train = train
-        self._heldout = heldout[: cfg.heldout_size]
+        self._heldout = heldout[:heldout_size]
 
     def heldout(self) -> list[Example]:
         return list(self._heldout)
 
     def sample_train(self, k: int, seed: int | str) -> list[Example]:
-        rng = random.Random(f"train:jsonl:{self.cfg.seed}:{seed}")
+        rng = random.Random(f"train:jsonl:{self.seed}:{seed}")
         if k <= len(self.train):
             return rng.sample(self.train, k)
         return [rng.choice(self.train) for _ in range(k)]

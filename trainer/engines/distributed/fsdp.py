@@ -31,11 +31,12 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, fully_shard
 
-from trainer.engines.config import EngineConfig, OptimConfig
+from trainer.engines.config import Autocast, Dtype
 from trainer.engines.distributed.rank_zero import RankZeroEngine, Shard, usage_on_rank_0
 from trainer.engines.distributed.reshard import full_fqn_state
 from trainer.engines.local import LocalTrainingEngine
 from trainer.engines.torch.training import TorchPolicy
+from trainer.engines.update import UpdateSettings
 
 _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 _FULL_FROM_0 = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
@@ -52,10 +53,21 @@ def decoder_layers(model: nn.Module) -> nn.ModuleList:
 
 class FSDPShard(Shard):
     """One rank's part of the policy. Every method is run by all ranks together (rank 0
-    passes the whole batch as `data`, the others nothing)."""
+    passes the whole batch as `data`, the others nothing). The arguments are
+    TorchTrainingEngine's."""
 
-    def __init__(self, checkpoint_dir: str | Path, config: EngineConfig, optim: OptimConfig):
-        policy = TorchPolicy(checkpoint_dir, config)  # the whole policy, on this rank
+    def __init__(
+        self,
+        checkpoint_dir: str | Path,
+        optim: UpdateSettings,
+        *,
+        device: str = "auto",
+        dtype: Dtype = "fp32",
+        autocast: Autocast = "none",
+    ) -> None:
+        # the whole policy, on this rank
+        policy = TorchPolicy(checkpoint_dir, device=device, dtype=dtype, autocast=autocast)
+        self.dtype = dtype
         self.model = policy.model
         device = next(self.model.parameters()).device.type
         mesh = init_device_mesh(device, (dist.get_world_size(),))

@@ -29,10 +29,10 @@ from torch import nn
 
 from core.errors import UserError
 from trainer import distributed as ranks
-from trainer.engines.config import EngineConfig, OptimConfig
 from trainer.engines.device import HOST
 from trainer.engines.local import LocalTrainingEngine
 from trainer.engines.scoring import check_batch
+from trainer.engines.update import UpdateSettings
 from trainer.models import load_policy
 
 
@@ -42,16 +42,17 @@ class RankZeroEngine:
     shard_type: type
     """The class of every rank's shard (sent to the workers, which build theirs)."""
 
-    def __init__(self, checkpoint_dir: str | Path, config: EngineConfig, optim: OptimConfig):
-        ranks.Commands.send("init", self.shard_type, str(checkpoint_dir), config, optim)
-        self.shard = self.shard_type(checkpoint_dir, config, optim)
+    def __init__(self, checkpoint_dir: str | Path, optim: UpdateSettings, **policy_args: Any):
+        """`policy_args`: the keyword arguments of `shard_type` (its backend's policy)."""
+        ranks.Commands.send("init", self.shard_type, (str(checkpoint_dir), optim), policy_args)
+        self.shard = self.shard_type(checkpoint_dir, optim, **policy_args)
         engine = self.shard.engine
         self.tokenizer = engine.tokenizer
         self.world_size = dist.get_world_size()
         self.is_moe: bool = engine.is_moe
         self.num_experts: int = engine.num_experts
-        self.optim: OptimConfig = engine.optim
-        self._mirror, _ = load_policy(checkpoint_dir, config.train_dtype)  # unsharded copy
+        self.optim: UpdateSettings = engine.optim
+        self._mirror, _ = load_policy(checkpoint_dir, self.shard.dtype)  # unsharded copy
         self._mirror.train()
         self._stale = False
         self._leaf: torch.Tensor | None = None  # the gathered log π the loss is built on
@@ -163,6 +164,8 @@ class Shard:
     `part_weights` counts each parameter once in global sums."""
 
     engine: LocalTrainingEngine
+    dtype: str = "fp32"
+    """The policy's parameter dtype (rank 0's unsharded copy is loaded in it)."""
     _graph: torch.Tensor | None = None  # this rank's log π of the last forward under grad
 
     def pad_rows(self, rows: list[torch.Tensor | None]) -> list[torch.Tensor | None]:
@@ -298,8 +301,8 @@ def serve() -> None:
             return
         if name == "init":
             torch.manual_seed(0)  # nothing on a worker samples; keep it deterministic anyway
-            shard_type, *make = args
-            shard = shard_type(*make)
+            shard_type, positional, keywords = args
+            shard = shard_type(*positional, **keywords)
         elif shard is None:
             raise RuntimeError(f"command {name!r} before the policy was built")
         else:

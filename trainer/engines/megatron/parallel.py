@@ -6,12 +6,11 @@ holding its num_experts / ep experts of every MoE layer (Megatron's allgather to
 dispatcher reaches the others), everything else replicated. Rank 0 holds
 `MegatronRankZero`, the engine the loop sees (distributed/rank_zero.py).
 
-The update equals the single-process engine's on the same batch: each rank's backward
-gives its rows' share of ∇θ; the dense (non-expert) gradients are summed over Megatron's
-data-parallel group and the expert gradients over its expert-data-parallel group (an
-expert's owner already holds the gradient of every EP rank's tokens routed to it). The
-global norm counts each distinct gradient once (dense once, the experts of all EP ranks),
-then the same clip, non-finite skip and AdamW on every rank. Checkpoints and the weight
+The update equals the single-process engine's on the same batch: the dense gradients
+are summed over Megatron's data-parallel group and the expert gradients over its
+expert-data-parallel group (an expert's owner already holds the gradient of every EP
+rank's tokens routed to it). The global norm counts each distinct gradient once, then
+the same clip, non-finite skip and AdamW on every rank. Checkpoints and the weight
 sync gather the whole model on rank 0 (state.py: experts by global index, so a
 checkpoint resumes on any world size, this engine's or the single-process one's).
 """
@@ -26,19 +25,20 @@ import torch
 import torch.distributed as dist
 
 from trainer import distributed as ranks
-from trainer.engines.config import EngineConfig, OptimConfig
 from trainer.engines.distributed.rank_zero import RankZeroEngine, Shard, usage_on_rank_0
 from trainer.engines.local import LocalTrainingEngine
 from trainer.engines.megatron import convert
 from trainer.engines.megatron import state as megatron_state
 from trainer.engines.megatron.training import MegatronPolicy, check_megatron_checkpoint
+from trainer.engines.update import UpdateSettings
 
 
 class MegatronShard(Shard):
-    """One rank's part of the Megatron policy; every method runs on all ranks together."""
+    """One rank's part of the Megatron policy; every method runs on all ranks together.
+    The arguments are MegatronTrainingEngine's (`policy_args`: MegatronPolicy's keywords)."""
 
-    def __init__(self, checkpoint_dir: str | Path, config: EngineConfig, optim: OptimConfig):
-        policy = MegatronPolicy(checkpoint_dir, config)
+    def __init__(self, checkpoint_dir: str | Path, optim: UpdateSettings, **policy_args: Any):
+        policy = MegatronPolicy(checkpoint_dir, **policy_args)
         self.engine = LocalTrainingEngine(policy, optim)
         self.engine.update.clip = self.clip_gradients  # the norm over all ranks
         self.module, self.global_names = policy.module, policy.global_names

@@ -26,12 +26,12 @@ from torch import Tensor
 
 from core.errors import UserError
 from trainer import distributed
-from trainer.engines.config import EngineConfig, MegatronConfig, OptimConfig
 from trainer.engines.device import resolve_device
 from trainer.engines.local import LocalTrainingEngine
 from trainer.engines.megatron import convert
 from trainer.engines.megatron import state as megatron_state
 from trainer.engines.megatron.routing import routed
+from trainer.engines.update import UpdateSettings
 from trainer.models import load_policy
 
 INSTALL_HINT = "pip install 'minirl[megatron]'"
@@ -57,20 +57,42 @@ def megatron_world() -> AbstractContextManager[None]:
     return _world.active()
 
 
-def init_parallel(sizes: MegatronConfig, num_experts: int, device: torch.device) -> None:
-    """Check `engine.megatron`'s sizes against this process's world and the model, then
-    (in a torchrun job) initialise Megatron's parallel state in the job's world, once."""
-    if sizes.tensor_model_parallel_size > 1:
+def check_sizes(world_size: int, num_experts: int, tp: int, pp: int, ep: int) -> None:
+    """Raise ValueError (naming the engine.megatron key) unless tensor, pipeline and
+    expert parallel sizes `tp`, `pp`, `ep` fit a job of `world_size` processes and a
+    model of `num_experts` experts per layer."""
+    hint = "; start that many processes with minirl train --nproc N"
+    if world_size % (tp * pp):
+        raise ValueError(
+            f"engine.megatron.tensor_model_parallel_size={tp} * "
+            f"pipeline_model_parallel_size={pp} must divide the world size {world_size}" + hint
+        )
+    if num_experts % ep:
+        raise ValueError(
+            f"engine.megatron.expert_model_parallel_size={ep} must divide the model's "
+            f"{num_experts} experts per layer"
+        )
+    if (world_size // pp) % (ep * tp):
+        raise ValueError(
+            f"engine.megatron.expert_model_parallel_size={ep} * tensor_model_parallel_"
+            f"size={tp} must divide the world size {world_size} (per pipeline stage)" + hint
+        )
+
+
+def init_parallel(num_experts: int, tp: int, pp: int, ep: int) -> None:
+    """Check the tensor, pipeline and expert parallel sizes against this process's world
+    and the model, then (in a torchrun job) initialise Megatron's parallel state in the
+    job's world, once."""
+    if tp > 1:
         raise UserError(
-            f"engine.megatron.tensor_model_parallel_size={sizes.tensor_model_parallel_size}: "
+            f"engine.megatron.tensor_model_parallel_size={tp}: "
             "not supported; the weight conversion does not split tensors for tensor "
             "parallel, and on the CPU megatron-core 0.16.1 refuses MoE with tensor parallel "
             "(it needs sequence parallel, which its torch norms do not support). Use "
             "expert_model_parallel_size and data parallel (--nproc)"
         )
-    world = distributed.world_size()
     try:
-        sizes.check_world(world, num_experts)
+        check_sizes(distributed.world_size(), num_experts, tp, pp, ep)
     except ValueError as err:
         raise UserError(str(err)) from None
     if not distributed.active():
@@ -79,13 +101,11 @@ def init_parallel(sizes: MegatronConfig, num_experts: int, device: torch.device)
 
     if not parallel_state.model_parallel_is_initialized():
         parallel_state.initialize_model_parallel(
-            tensor_model_parallel_size=sizes.tensor_model_parallel_size,
-            pipeline_model_parallel_size=sizes.pipeline_model_parallel_size,
-            expert_model_parallel_size=sizes.expert_model_parallel_size,
+            tensor_model_parallel_size=tp,
+            pipeline_model_parallel_size=pp,
+            expert_model_parallel_size=ep,
         )
-    elif parallel_state.get_expert_model_parallel_world_size() != (
-        sizes.expert_model_parallel_size
-    ):
+    elif parallel_state.get_expert_model_parallel_world_size() != ep:
         raise RuntimeError("Megatron's parallel state was initialised with other sizes")
 
 
@@ -125,23 +145,31 @@ def _require_megatron(device: torch.device) -> None:
 
 class MegatronPolicy:
     """π_θ as a megatron-core GPTModel, world size 1 (or one rank's part of a torchrun
-    job's model, parallel.py), with a transformers view; see the module docstring."""
+    job's model, parallel.py), with a transformers view; see the module docstring.
+    fp32 only; the parallel sizes under megatron-core's names."""
 
-    def __init__(self, checkpoint_dir: str | Path, config: EngineConfig) -> None:
-        if config.train_dtype != "fp32" or config.autocast != "none":
-            raise UserError(
-                "engine.training=megatron: train_dtype=fp32 and autocast=none only "
-                f"(got {config.train_dtype}, {config.autocast})"
-            )
-        self.config = config
-        self.device = resolve_device(config.device)
+    def __init__(
+        self,
+        checkpoint_dir: str | Path,
+        *,
+        device: str = "auto",
+        tensor_model_parallel_size: int = 1,
+        pipeline_model_parallel_size: int = 1,
+        expert_model_parallel_size: int = 1,
+    ) -> None:
+        self.device = resolve_device(device)
         _require_megatron(self.device)
         hf_model, self.tokenizer = load_policy(checkpoint_dir, "fp32", self.device)
         self.hf_config = hf_model.config
         convert.check_supported(self.hf_config)
-        init_parallel(config.megatron, self.num_experts, self.device)
+        init_parallel(
+            self.num_experts,
+            tensor_model_parallel_size,
+            pipeline_model_parallel_size,
+            expert_model_parallel_size,
+        )
         self._hf = hf_model.requires_grad_(False)
-        self.ep_size = config.megatron.expert_model_parallel_size
+        self.ep_size = expert_model_parallel_size
         with megatron_world():
             from megatron.core import parallel_state
 
@@ -214,12 +242,26 @@ class MegatronPolicy:
 
 class MegatronTrainingEngine(LocalTrainingEngine):
     """`TrainingEngine` on megatron-core in one process: `MegatronPolicy` and AdamW over
-    its parameters."""
+    its parameters (`optim`); the other arguments are MegatronPolicy's."""
 
     def __init__(
-        self, checkpoint_dir: str | Path, config: EngineConfig, optim: OptimConfig
+        self,
+        checkpoint_dir: str | Path,
+        optim: UpdateSettings,
+        *,
+        device: str = "auto",
+        tensor_model_parallel_size: int = 1,
+        pipeline_model_parallel_size: int = 1,
+        expert_model_parallel_size: int = 1,
     ) -> None:
-        super().__init__(MegatronPolicy(checkpoint_dir, config), optim)
+        policy = MegatronPolicy(
+            checkpoint_dir,
+            device=device,
+            tensor_model_parallel_size=tensor_model_parallel_size,
+            pipeline_model_parallel_size=pipeline_model_parallel_size,
+            expert_model_parallel_size=expert_model_parallel_size,
+        )
+        super().__init__(policy, optim)
 
 
 def check_megatron_checkpoint(state: dict) -> None:

@@ -1,21 +1,16 @@
 """The PyTorch inference engine: μ on its own copy of the policy, with selectable numerics.
 
-It loads the checkpoint in the configured dtype, rounds weights (and optionally
+It loads the checkpoint in its `dtype`, rounds weights (and optionally
 activations) through simulated FP8/FP4 (`quant.py`), and samples with the KV-cache loop
 of `decode.py` (transformers' DynamicCache): one batched prefill of the left-padded
 prompts, then one token per step for every row. For each sampled token it returns log μ
 computed from ITS OWN logits, and for MoE the experts it routed through (prefill and
 decode), in the `Rollout` layout of `base.py`.
 
-Log-probabilities are those of the distribution actually sampled from — after
-temperature, top-k and top-p (renormalised over what they keep). μ is that sampling
-distribution, so the IS weight π/μ is exact, and a sampler that departs from π
-(temperature ≠ 1, top-p < 1) shows up in the diagnostics as a training-inference
-mismatch (sampler mismatch).
-
-The model, the decode loop's tensors, its random generator and the returned rollout
-live on `engine.device`. It does not train, compute rewards, or batch across calls (no
-continuous batching).
+Log-probabilities are those of the distribution actually sampled from (after
+temperature, top-k and top-p, renormalised): μ is that distribution, so the IS weight
+π/μ is exact and a sampler that departs from π shows as sampler mismatch. Everything
+lives on `engine.device`. It does not train, compute rewards, or batch across calls.
 """
 
 from __future__ import annotations
@@ -28,10 +23,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from core.vocabulary import WeightQuant
 from trainer import routing
 from trainer.engines import quant
 from trainer.engines.base import Rollout, SamplingParams, WeightSyncError
-from trainer.engines.config import EngineConfig
+from trainer.engines.config import ActivationQuant, Dtype
 from trainer.engines.decode import Decoded, decode
 from trainer.engines.device import resolve_device
 from trainer.models import load_policy
@@ -42,18 +38,35 @@ SYNC_PROBE_TOL = 1e-4  # max |Δ logit| accepted after a weight sync with exact 
 class TorchInferenceEngine:
     """`InferenceEngine` on plain PyTorch; see the module docstring."""
 
-    def __init__(self, checkpoint_dir: str | Path, config: EngineConfig) -> None:
-        self.config = config
-        self.device = resolve_device(config.device)
-        self.model, self.tokenizer = load_policy(
-            checkpoint_dir, config.inference_dtype, self.device
-        )
+    def __init__(
+        self,
+        checkpoint_dir: str | Path,
+        *,
+        device: str = "auto",
+        dtype: Dtype = "bf16",
+        weight_quant: WeightQuant = "none",
+        activation_quant: ActivationQuant = "none",
+    ) -> None:
+        """`device` as resolve_device takes it; `dtype` of the weights and matmuls;
+        weights (and activations) rounded through the given simulated formats."""
+        self.device = resolve_device(device)
+        self.dtype = dtype
+        self.weight_quant = weight_quant
+        self.activation_quant = activation_quant
+        self.model, self.tokenizer = load_policy(checkpoint_dir, dtype, self.device)
         self.model.requires_grad_(False)
         self.eos_id = int(self.tokenizer.eos_token_id)
         self.pad_id = int(self.tokenizer.pad_token_id)
         self.num_moe_layers = routing.num_moe_layers(self.model)
-        quant.quantize_weights_(self.model, config.weight_quant)
-        self._act_hooks = quant.add_activation_quant(self.model, config.activation_quant)
+        quant.quantize_weights_(self.model, weight_quant)
+        self._act_hooks = quant.add_activation_quant(self.model, activation_quant)
+
+    @property
+    def exact(self) -> bool:
+        """Numerics equal to an fp32 training engine's (up to kernel order)."""
+        return (
+            self.dtype == "fp32" and self.weight_quant == "none" and self.activation_quant == "none"
+        )
 
     # ------------------------------------------------------------------ sampling
 
@@ -145,9 +158,9 @@ class TorchInferenceEngine:
             if value.shape != target.shape:
                 raise ValueError(f"update_weights: {name} has shape {tuple(value.shape)}")
             if name in rounded:
-                value = quant.round_weight(value, self.config.weight_quant)
+                value = quant.round_weight(value, self.weight_quant)
             target.copy_(value.to(target.dtype))
-        if self.config.exact_inference and next(model.parameters()).dtype == torch.float32:
+        if self.exact and next(model.parameters()).dtype == torch.float32:
             self._probe(model)
 
     def _probe(self, model: nn.Module) -> None:

@@ -22,20 +22,30 @@ import torch
 from torch import Tensor
 
 from trainer import routing
-from trainer.engines.config import EngineConfig, OptimConfig
-from trainer.engines.device import autocast, resolve_device
+from trainer.engines.config import Autocast, Dtype
+from trainer.engines.device import autocast as autocast_to
+from trainer.engines.device import resolve_device
 from trainer.engines.local import LocalTrainingEngine
+from trainer.engines.update import UpdateSettings
 from trainer.models import load_policy
 
 
 class TorchPolicy:
-    """π_θ as a transformers model on one device (`engine.device`), in `train_dtype`,
-    optionally under bf16 autocast; the module it trains is that model."""
+    """π_θ as a transformers model on one device, in `dtype` (its parameters and
+    compute), optionally under bf16 `autocast`; the module it trains is that model."""
 
-    def __init__(self, checkpoint_dir: str | Path, config: EngineConfig) -> None:
-        self.config = config
-        self.device = resolve_device(config.device)
-        self.model, self.tokenizer = load_policy(checkpoint_dir, config.train_dtype, self.device)
+    def __init__(
+        self,
+        checkpoint_dir: str | Path,
+        *,
+        device: str = "auto",
+        dtype: Dtype = "fp32",
+        autocast: Autocast = "none",
+    ) -> None:
+        self.device = resolve_device(device)
+        self.dtype = dtype
+        self.autocast = autocast
+        self.model, self.tokenizer = load_policy(checkpoint_dir, dtype, self.device)
         self.model.train()  # no dropout in these models; train mode for completeness
         self.module = self.model
         self.num_moe_layers = routing.num_moe_layers(self.model)
@@ -57,13 +67,13 @@ class TorchPolicy:
     ) -> tuple[Tensor, Tensor | None]:
         """The transformers model's logits, through `replay`'s experts if given (MoE),
         recording the live routes if asked (record before replay: it keeps the live choice
-        even under replay), under the configured autocast."""
+        even under replay), under `autocast`."""
         with ExitStack() as stack:
             live = record and self.is_moe
             rec = stack.enter_context(routing.record(self.model)) if live else None
             if replay is not None:
                 stack.enter_context(routing.replay(self.model, replay))
-            stack.enter_context(autocast(self.device, self.config.autocast))
+            stack.enter_context(autocast_to(self.device, self.autocast))
             logits = self.model(input_ids=ids, attention_mask=attn).logits
         return logits, None if rec is None else rec.indices()
 
@@ -82,9 +92,16 @@ class TorchPolicy:
 
 class TorchTrainingEngine(LocalTrainingEngine):
     """`TrainingEngine` on one process and one device: `TorchPolicy` and AdamW over all
-    its parameters."""
+    its parameters (`optim`); the other arguments are TorchPolicy's."""
 
     def __init__(
-        self, checkpoint_dir: str | Path, config: EngineConfig, optim: OptimConfig
+        self,
+        checkpoint_dir: str | Path,
+        optim: UpdateSettings,
+        *,
+        device: str = "auto",
+        dtype: Dtype = "fp32",
+        autocast: Autocast = "none",
     ) -> None:
-        super().__init__(TorchPolicy(checkpoint_dir, config), optim)
+        policy = TorchPolicy(checkpoint_dir, device=device, dtype=dtype, autocast=autocast)
+        super().__init__(policy, optim)

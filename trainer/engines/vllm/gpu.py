@@ -8,14 +8,10 @@ the GPU build does, so that the part no CPU machine can run stays small:
   experts that processed token j of prompt + response (seq_len = that length - 1: the
   last sampled token is never fed back). vLLM 0.32 serves it from Model Runner V2 only
   (VLLM_USE_V2_MODEL_RUNNER=1) and requires prefix caching (it keeps the routing of cached
-  prompt blocks), so every weight sync resets the prefix cache: a cached block computed
-  by the old weights must not be reused, and the reset also starts a new generation of
-  stored routing. On the CPU, V2 does not exist: `routing.py` captures the routing.
-- Memory: vLLM claims `engine.vllm_gpu_memory` of the GPU (gpu_memory_utilization) and
-  checks at start that it is free, after the training engine took its share.
-
-Sampling (processed log-probabilities), seeding and the weight sync
-(`collective_rpc("reload_weights")`) are the same calls on both platforms.
+  prompt blocks), so every weight sync resets the prefix cache (no block of the old
+  weights is reused). On the CPU, V2 does not exist: `routing.py` captures the routing.
+- Memory: vLLM claims its share of the GPU (gpu_memory_utilization) and checks at start
+  that it is free, after the training engine took its share.
 """
 
 from __future__ import annotations
@@ -26,12 +22,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainer.engines.config import EngineConfig
 
-
-def engine_args(config: EngineConfig, is_moe: bool) -> tuple[dict[str, Any], dict[str, str]]:
-    """(vllm.LLM keyword arguments, environment variables) a GPU engine adds."""
-    kwargs: dict[str, Any] = {"gpu_memory_utilization": config.vllm_gpu_memory}
+def engine_args(gpu_memory: float, is_moe: bool) -> tuple[dict[str, Any], dict[str, str]]:
+    """(vllm.LLM keyword arguments, environment variables) a GPU engine adds; vLLM may
+    hold the `gpu_memory` share of the GPU."""
+    kwargs: dict[str, Any] = {"gpu_memory_utilization": gpu_memory}
     env: dict[str, str] = {}
     if is_moe:
         kwargs |= {"enable_return_routed_experts": True, "enable_prefix_caching": True}

@@ -31,8 +31,9 @@ import torch
 from torch import nn
 
 from core.errors import UserError
+from core.vocabulary import WeightQuant
 from trainer.engines.base import Rollout, SamplingParams
-from trainer.engines.config import EngineConfig
+from trainer.engines.config import Dtype
 from trainer.engines.device import resolve_device
 from trainer.engines.vllm import gpu as vllm_gpu
 from trainer.engines.vllm import weights as vllm_weights
@@ -105,13 +106,20 @@ class VLLMEngine:
     def __init__(
         self,
         checkpoint_dir: str | Path,
-        config: EngineConfig,
         *,
+        device: str = "auto",
+        dtype: Dtype = "bf16",
+        weight_quant: WeightQuant = "none",
+        kv_cache_bytes: int = 64 << 20,
+        gpu_memory: float = 0.4,
         seed: int = 0,
         max_model_len: int | None = None,
         max_num_seqs: int = 512,
         num_threads: int = 1,
     ) -> None:
+        """`device`: where rollouts are delivered (vLLM runs on its own platform);
+        `dtype` of its weights, rounded through `weight_quant`; `kv_cache_bytes` of KV
+        cache; `gpu_memory`: the GPU share vLLM may hold (gpu.py, unused on the CPU)."""
         with _kept_process_state():  # importing vLLM sets env vars too (LD_LIBRARY_PATH...)
             vllm = import_vllm()
         from vllm.platforms import current_platform
@@ -119,15 +127,10 @@ class VLLMEngine:
         path = Path(checkpoint_dir)
         if not (path / "config.json").is_file():
             raise UserError(f"{path}: not a model checkpoint (no config.json)")
-        if not config.vllm_in_process:
-            raise UserError(
-                "engine.vllm_in_process: false is not supported by the vLLM engine (weight "
-                "sync and routing capture reach into the worker); set it to true"
-            )
         hf = json.loads((path / "config.json").read_text())
-        self.config = config
-        self.device = resolve_device(config.device)  # where rollouts are delivered
-        self.dtype = config.inference_dtype
+        self.device = resolve_device(device)
+        self.dtype = dtype
+        self.weight_quant = weight_quant
         self.vocab_size = int(hf["vocab_size"])
         self.eos_id = int(hf["eos_token_id"])
         self.pad_id = int(hf.get("pad_token_id") or 0)
@@ -144,7 +147,7 @@ class VLLMEngine:
             skip_tokenizer_init=True,
             enforce_eager=True,
             enable_prefix_caching=False,
-            kv_cache_memory_bytes=config.kv_cache_bytes,
+            kv_cache_memory_bytes=kv_cache_bytes,
             # no chunked prefill: a partly prefilled seeded request makes vLLM 0.32 rewind
             # its torch.Generator offset, which CPU generators do not have (RuntimeError)
             enable_chunked_prefill=False,
@@ -156,7 +159,7 @@ class VLLMEngine:
         self.is_moe = is_moe
         env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}  # in-process
         if not self.on_cpu:  # the official vLLM: routed experts, memory share
-            gpu_kwargs, gpu_env = vllm_gpu.engine_args(config, is_moe)
+            gpu_kwargs, gpu_env = vllm_gpu.engine_args(gpu_memory, is_moe)
             kwargs.update(gpu_kwargs)
             env.update(gpu_env)
         try:
@@ -175,7 +178,7 @@ class VLLMEngine:
         self.num_moe_layers = self.capture.num_layers if self.capture else 0
         self.probe = vllm_weights.probe_sequences(self.vocab_size)
         self.last_sync: vllm_weights.SyncReport | None = None
-        if config.weight_quant != "none":  # vLLM loaded full-precision weights: round them
+        if weight_quant != "none":  # vLLM loaded full-precision weights: round them
             from trainer.models import load_policy
 
             self.update_weights(load_policy(path, "fp32", self.device)[0])
@@ -301,13 +304,13 @@ class VLLMEngine:
         if weight_quant is set), then check the engine against the model on the probe
         batch. Raises WeightSyncError if the check fails."""
         start = time.perf_counter()
-        tensors = vllm_weights.checkpoint_tensors(model, self.config.weight_quant)
+        tensors = vllm_weights.checkpoint_tensors(model, self.weight_quant)
         with self._run():
             vllm_weights.reload(self.llm, self.model, tensors, repack=self.on_cpu)
         if not verify:
             return
         mine = torch.stack(self.sequence_logprobs(self.probe))
-        quant = self.config.weight_quant
+        quant = self.weight_quant
         ref = vllm_weights.reference_logprobs(model, self.probe, quant)
         low = None
         if self.dtype != "fp32":  # calibrates the bf16 bound (weights.py)
