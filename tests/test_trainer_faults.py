@@ -109,14 +109,14 @@ def test_a_collapse_is_said_at_the_end_and_fails_when_asked(tiny_config, monkeyp
     cfg = tiny_config(train={"steps": 4})
     config = cfg.resolved_run_dir.parent / "run.yaml"
     config.write_text(dump_config(cfg))
-    import trainer.run as run_module
+    import trainer.boundary as boundary_module  # held_out: the loop's held-out evaluation
 
     accs = iter([0.31, 0.30, 0.0])  # steps 0, 2 and 4
 
     def falling(*args, **kwargs):
         return {"eval/acc": next(accs)}
 
-    monkeypatch.setattr(run_module, "evaluate", falling)
+    monkeypatch.setattr(boundary_module, "evaluate", falling)
     # was: "completed" and exit 0
     assert cli.main(["train", str(config), "--quiet", "--fail-on-collapse"]) == 3
     out = capsys.readouterr().out
