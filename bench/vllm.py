@@ -47,13 +47,16 @@ def measure(label, backend, dtype, wq, threads, ckpt, prompts, params, trainer, 
     from minirl.routing import routing_metrics
     from trainer.engines.config import EngineConfig
     from trainer.engines.factory import make_inference_engine
+    from trainer.engines.placement import Placement
     from trainer.engines.vllm.inference import VLLMEngine
 
     cfg = EngineConfig(inference=backend, inference_dtype=dtype, weight_quant=wq)
     torch.set_num_threads(threads or args.threads)  # vLLM sets its own during its calls
     t0 = time.perf_counter()
     if backend == "vllm":
-        engine = VLLMEngine(ckpt, dtype=dtype, weight_quant=wq, num_threads=args.vllm_threads)
+        engine = VLLMEngine(
+            ckpt, Placement(dtype=dtype), weight_quant=wq, num_threads=args.vllm_threads
+        )
     else:
         engine = make_inference_engine(ckpt, cfg)
     start_s = time.perf_counter() - t0
@@ -128,6 +131,7 @@ def main(argv: list[str]) -> int:
 
     from trainer.coldstart import cold_start
     from trainer.config import load_config
+    from trainer.engines.placement import Placement
     from trainer.engines.torch.training import TorchTrainingEngine
     from trainer.engines.update import UpdateSettings
     from trainer.engines.vllm.inference import import_vllm
@@ -137,7 +141,7 @@ def main(argv: list[str]) -> int:
     torch.set_num_threads(args.threads)
     cfg = load_config(args.config, args.set)
     ckpt = cold_start(cfg.model, cfg.task, cfg.cold_start).path
-    trainer = TorchTrainingEngine(ckpt, UpdateSettings(), dtype="fp32")
+    trainer = TorchTrainingEngine(ckpt, UpdateSettings(), Placement(dtype="fp32"))
     task = make_task(cfg.task)
     examples = task.sample_train(args.prompts, seed="vllm-bench")
     prompts = encode_prompts(trainer.tokenizer, [ex.prompt for ex in examples])

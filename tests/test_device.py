@@ -19,6 +19,7 @@ from trainer.config import config_from_dict
 from trainer.engines.base import Rollout, SamplingParams
 from trainer.engines.config import EngineConfig
 from trainer.engines.device import resolve_device
+from trainer.engines.placement import Placement
 from trainer.engines.torch.inference import TorchInferenceEngine
 from trainer.engines.torch.training import TorchTrainingEngine
 from trainer.engines.update import UpdateSettings
@@ -79,8 +80,8 @@ def test_bf16_autocast_computes_in_bf16_and_keeps_fp32_weights(ckpt):
     ids = torch.randint(3, 99, (3, 10), generator=torch.Generator().manual_seed(1))
     attn, mask = torch.ones_like(ids), torch.zeros(3, 10)
     mask[:, 4:] = 1
-    fp32 = TorchTrainingEngine(ckpt, UpdateSettings(), device="cpu")
-    amp = TorchTrainingEngine(ckpt, UpdateSettings(), device="cpu", autocast="bf16")
+    fp32 = TorchTrainingEngine(ckpt, UpdateSettings(), Placement("cpu"))
+    amp = TorchTrainingEngine(ckpt, UpdateSettings(), Placement("cpu"), autocast="bf16")
     ref, _, _ = fp32.forward_logprobs(ids, attn, mask)
     got, ent, _ = amp.forward_logprobs(ids, attn, mask, with_entropy=True)
     assert got.dtype == ent.dtype == torch.float32
@@ -95,8 +96,8 @@ def test_bf16_autocast_computes_in_bf16_and_keeps_fp32_weights(ckpt):
 
 
 def test_engines_put_the_policy_on_the_resolved_device(ckpt):
-    train_eng = TorchTrainingEngine(ckpt, UpdateSettings(), device="auto")
-    infer = TorchInferenceEngine(ckpt, device="auto")
+    train_eng = TorchTrainingEngine(ckpt, UpdateSettings(), Placement("auto"))
+    infer = TorchInferenceEngine(ckpt, Placement("auto", "bf16"))
     here = resolve_device("auto")
     for eng in (train_eng, infer):
         assert eng.device == here
@@ -136,8 +137,8 @@ def test_restore_rng_restores_the_cpu_state_and_skips_absent_devices():
 
 
 def test_engines_create_nothing_on_the_default_device(ckpt):
-    train_eng = TorchTrainingEngine(ckpt, UpdateSettings(), device="cpu")
-    infer = TorchInferenceEngine(ckpt, device="cpu", dtype="fp32")
+    train_eng = TorchTrainingEngine(ckpt, UpdateSettings(), Placement("cpu"))
+    infer = TorchInferenceEngine(ckpt, Placement("cpu", "fp32"))
     params = SamplingParams(n=2, max_new_tokens=5, temperature=1.0, top_p=0.9, top_k=20)
     with torch.device("meta"):
         ro = infer.generate([[1, 5, 6, 7], [1, 8]], params, seed=3)
@@ -195,7 +196,7 @@ def test_a_run_on_cpu_creates_nothing_on_the_default_device(tiny_config):
 
 def test_evaluate_uses_the_models_device(ckpt):
     task = make_task(TaskConfig(kind="add", digits=1, heldout_size=4))
-    infer = TorchInferenceEngine(ckpt, device="cpu", dtype="fp32")
+    infer = TorchInferenceEngine(ckpt, Placement("cpu", "fp32"))
     quick = EvalConfig(samples=1, mode="both")
     with torch.device("meta"):
         for policy in (infer.model, infer):

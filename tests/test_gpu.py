@@ -13,6 +13,7 @@ import torch
 from trainer.checkpoints import list_checkpoints, load_checkpoint
 from trainer.engines.base import SamplingParams
 from trainer.engines.device import resolve_device
+from trainer.engines.placement import Placement
 from trainer.engines.torch.inference import TorchInferenceEngine
 from trainer.engines.torch.training import TorchTrainingEngine
 from trainer.engines.update import UpdateSettings
@@ -35,9 +36,9 @@ def test_auto_is_the_current_cuda_device():
 
 
 def test_engines_live_on_the_gpu_and_agree_with_the_cpu(ckpt):
-    gpu = TorchTrainingEngine(ckpt, UpdateSettings(), device="cuda")
-    cpu = TorchTrainingEngine(ckpt, UpdateSettings(), device="cpu")
-    infer = TorchInferenceEngine(ckpt, device="cuda", dtype="fp32")
+    gpu = TorchTrainingEngine(ckpt, UpdateSettings(), Placement("cuda"))
+    cpu = TorchTrainingEngine(ckpt, UpdateSettings(), Placement("cpu"))
+    infer = TorchInferenceEngine(ckpt, Placement("cuda", "fp32"))
     assert {p.device.type for p in (*gpu.model.parameters(), *infer.model.parameters())} == {"cuda"}
     ro = infer.generate(PROMPTS, PARAMS, seed=0)
     assert ro.input_ids.device.type == "cuda" and ro.routing is not None
@@ -57,14 +58,14 @@ def test_engines_live_on_the_gpu_and_agree_with_the_cpu(ckpt):
 
 
 def test_checkpoint_round_trip_on_the_gpu(ckpt, tmp_path):
-    eng = TorchTrainingEngine(ckpt, UpdateSettings(), device="cuda")
+    eng = TorchTrainingEngine(ckpt, UpdateSettings(), Placement("cuda"))
     ids = torch.randint(3, 99, (2, 10), device="cuda")
     mask = torch.zeros(2, 10, device="cuda")
     mask[:, 4:] = 1
     logp, _, _ = eng.forward_logprobs(ids, torch.ones_like(ids), mask)
     eng.step(-(logp * mask).sum())
     eng.save(tmp_path / "eng.pt")
-    other = TorchTrainingEngine(ckpt, UpdateSettings(), device="cuda")
+    other = TorchTrainingEngine(ckpt, UpdateSettings(), Placement("cuda"))
     other.load(tmp_path / "eng.pt")
     for a, b in zip(eng.model.parameters(), other.model.parameters(), strict=True):
         assert b.device.type == "cuda" and torch.equal(a, b)
@@ -103,10 +104,10 @@ def test_official_vllm_routes_samples_and_syncs_on_the_gpu(ckpt):
     pytest.importorskip("vllm")
     from trainer.engines.vllm.inference import VLLMEngine
 
-    engine = VLLMEngine(ckpt, dtype="fp32")
+    engine = VLLMEngine(ckpt, Placement(dtype="fp32"))
     try:
         assert not engine.on_cpu, "this environment's vLLM is the CPU build"
-        trainer = TorchTrainingEngine(ckpt, UpdateSettings(), device="cuda")
+        trainer = TorchTrainingEngine(ckpt, UpdateSettings(), Placement("cuda"))
         ro = engine.generate(PROMPTS, PARAMS, seed=0).to(trainer.device)
         fed = ro.attention_mask.sum(1) - 1
         cols = torch.arange(ro.input_ids.shape[1], device=trainer.device)

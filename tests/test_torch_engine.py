@@ -10,6 +10,7 @@ from core.errors import UserError
 from trainer.engines.base import SamplingParams
 from trainer.engines.config import EngineConfig
 from trainer.engines.decode import _filter_logits, sample_next
+from trainer.engines.placement import Placement
 from trainer.engines.torch.inference import TorchInferenceEngine
 from trainer.engines.torch.training import TorchTrainingEngine
 from trainer.engines.update import UpdateSettings
@@ -30,7 +31,7 @@ def trainer(ckpt):
 
 @pytest.fixture(scope="module")
 def engine(ckpt):
-    eng = TorchInferenceEngine(ckpt, dtype="fp32")
+    eng = TorchInferenceEngine(ckpt, Placement(dtype="fp32"))
     yield eng
     eng.close()
 
@@ -75,13 +76,14 @@ def test_fp32_logp_and_routing_equal_the_training_engines(engine, trainer):
 @pytest.mark.parametrize(
     "numerics",
     [
-        dict(dtype="bf16"),
-        dict(dtype="fp32", weight_quant="fp8_e4m3"),
-        dict(dtype="bf16", weight_quant="fp4", activation_quant="fp8_e4m3"),
+        ("bf16", {}),
+        ("fp32", dict(weight_quant="fp8_e4m3")),
+        ("bf16", dict(weight_quant="fp4", activation_quant="fp8_e4m3")),
     ],
 )
 def test_low_precision_engines_mismatch_a_little(ckpt, trainer, numerics):
-    eng = TorchInferenceEngine(ckpt, **numerics)
+    dtype, quant = numerics
+    eng = TorchInferenceEngine(ckpt, Placement(dtype=dtype), **quant)
     ro = eng.generate(_prompts(eng), SamplingParams(n=4, max_new_tokens=10), seed=2)
     eng.close()
     logp, _ = _recompute(trainer, ro)
@@ -131,7 +133,7 @@ def test_eos_ends_a_response_and_the_cap_truncates(engine):
 
 def test_update_weights_makes_the_engine_match_a_changed_model(ckpt):
     trainer = TorchTrainingEngine(ckpt, UpdateSettings(lr=1e-2))
-    engine = TorchInferenceEngine(ckpt, dtype="fp32")
+    engine = TorchInferenceEngine(ckpt, Placement(dtype="fp32"))
     ro = engine.generate(_prompts(engine), SamplingParams(n=2, max_new_tokens=6), seed=5)
     logp, _, _ = trainer.forward_logprobs(ro.input_ids, ro.attention_mask, ro.response_mask)
     trainer.step(-(logp.sum()))  # push up the sampled tokens
@@ -143,7 +145,7 @@ def test_update_weights_makes_the_engine_match_a_changed_model(ckpt):
     assert (after - ro2.logp).abs().max() < 1e-5
     engine.close()
 
-    fp8 = TorchInferenceEngine(ckpt, dtype="bf16", weight_quant="fp8_e4m3")
+    fp8 = TorchInferenceEngine(ckpt, Placement(dtype="bf16"), weight_quant="fp8_e4m3")
     fp8.update_weights(trainer.model)
     from trainer.engines.quant import round_weight
 

@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 
+from trainer.engines.placement import Placement
 from trainer.engines.torch.training import TorchTrainingEngine
 from trainer.engines.update import UpdateSettings
 from trainer.models import ModelConfig, build_tiny_checkpoint
@@ -47,7 +48,7 @@ def _reference(model, ids, attention, response):
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_logp_and_entropy_match_a_float64_reference(ckpt, dtype):
-    eng = TorchTrainingEngine(ckpt, UpdateSettings(), dtype=dtype)
+    eng = TorchTrainingEngine(ckpt, UpdateSettings(), Placement(dtype=dtype))
     ids, attention, response = _batch()
     logp, ent, routed = eng.forward_logprobs(ids, attention, response, with_entropy=True)
     assert logp.dtype == torch.float32 and ent.dtype == torch.float32 and routed is None

@@ -14,6 +14,7 @@ import torch
 
 from core.errors import UserError
 from trainer.engines.base import SamplingParams
+from trainer.engines.placement import Placement
 from trainer.engines.torch.training import TorchTrainingEngine
 from trainer.engines.update import UpdateSettings
 from trainer.engines.vllm import weights as vllm_weights
@@ -34,7 +35,7 @@ def ckpt(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def engine(ckpt):
-    eng = VLLMEngine(ckpt, dtype="fp32")
+    eng = VLLMEngine(ckpt, Placement(dtype="fp32"))
     yield eng
     eng.close()
 

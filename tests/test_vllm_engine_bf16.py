@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from trainer.engines.base import SamplingParams
+from trainer.engines.placement import Placement
 from trainer.engines.torch.training import TorchTrainingEngine
 from trainer.engines.update import UpdateSettings
 from trainer.engines.vllm import weights as vllm_weights
@@ -27,7 +28,7 @@ PARAMS = SamplingParams(n=8, max_new_tokens=16)
 def checkpoint_and_engine(tmp_path_factory):
     """The tiny MoE checkpoint and one bf16 vLLM engine on it, for the whole module."""
     ckpt = build_tiny_checkpoint(ModelConfig(seed=5), tmp_path_factory.mktemp("moe16"))
-    engine = VLLMEngine(ckpt, dtype="bf16")
+    engine = VLLMEngine(ckpt, Placement(dtype="bf16"))
     yield ckpt, engine
     engine.close()
 

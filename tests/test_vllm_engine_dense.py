@@ -19,6 +19,7 @@ import torch
 from trainer.engines import quant
 from trainer.engines.base import SamplingParams
 from trainer.engines.decode import _filter_logits
+from trainer.engines.placement import Placement
 from trainer.engines.torch.training import TorchTrainingEngine
 from trainer.engines.update import UpdateSettings
 from trainer.engines.vllm import weights as vllm_weights
@@ -53,7 +54,7 @@ def started(ckpt):
         "set_num_threads": torch.set_num_threads,
         "environ": _environ(),
     }
-    eng = VLLMEngine(ckpt, dtype="fp32")
+    eng = VLLMEngine(ckpt, Placement(dtype="fp32"))
     yield eng, before
     eng.close()
 

@@ -16,21 +16,18 @@ from pathlib import Path
 from core.errors import UserError
 from trainer.engines.base import InferenceEngine, TrainingEngine
 from trainer.engines.config import EngineConfig, OptimConfig
+from trainer.engines.placement import Placement
 from trainer.engines.update import UpdateSettings
 
 
 def make_inference_engine(checkpoint_dir: str | Path, config: EngineConfig) -> InferenceEngine:
     """The configured inference engine (μ) on `checkpoint_dir`."""
+    placement = Placement(config.device, config.inference_dtype)
     if config.inference == "torch":
         from trainer.engines.torch.inference import TorchInferenceEngine
 
-        return TorchInferenceEngine(
-            checkpoint_dir,
-            device=config.device,
-            dtype=config.inference_dtype,
-            weight_quant=config.weight_quant,
-            activation_quant=config.activation_quant,
-        )
+        quant = dict(weight_quant=config.weight_quant, activation_quant=config.activation_quant)
+        return TorchInferenceEngine(checkpoint_dir, placement, **quant)
     if config.inference == "vllm":
         from trainer import distributed
         from trainer.engines.vllm.inference import VLLMEngine
@@ -44,8 +41,7 @@ def make_inference_engine(checkpoint_dir: str | Path, config: EngineConfig) -> I
         def make() -> VLLMEngine:
             return VLLMEngine(
                 checkpoint_dir,
-                device=config.device,
-                dtype=config.inference_dtype,
+                placement,
                 weight_quant=config.weight_quant,
                 kv_cache_bytes=config.kv_cache_bytes,
                 gpu_memory=config.vllm_gpu_memory,
@@ -93,11 +89,13 @@ def make_training_engine(
         from trainer.engines.megatron.training import MegatronTrainingEngine
 
         return MegatronTrainingEngine(checkpoint_dir, settings, **policy)
-    numerics = dict(device=config.device, dtype=config.train_dtype, autocast=config.autocast)
+    placement = Placement(config.device, config.train_dtype)
     if distributed.active():
         from trainer.engines.distributed.fsdp import FSDPTrainingEngine
 
-        return FSDPTrainingEngine(checkpoint_dir, settings, **numerics)
+        return FSDPTrainingEngine(
+            checkpoint_dir, settings, placement=placement, autocast=config.autocast
+        )
     from trainer.engines.torch.training import TorchTrainingEngine
 
-    return TorchTrainingEngine(checkpoint_dir, settings, **numerics)
+    return TorchTrainingEngine(checkpoint_dir, settings, placement, config.autocast)

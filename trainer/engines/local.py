@@ -65,18 +65,12 @@ class LocalTrainingEngine:
         self.optim = optim
         self.tokenizer = policy.tokenizer
         self.device: torch.device = policy.device
+        self.is_moe: bool = policy.is_moe
+        self.num_experts: int = policy.num_experts
 
     @property
     def model(self) -> nn.Module:
         return self.policy.model
-
-    @property
-    def is_moe(self) -> bool:
-        return self.policy.is_moe
-
-    @property
-    def num_experts(self) -> int:
-        return self.policy.num_experts
 
     # ------------------------------------------------------------------ forward
 

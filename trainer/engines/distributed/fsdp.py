@@ -31,7 +31,6 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, fully_shard
 
-from trainer.engines.config import Autocast, Dtype
 from trainer.engines.distributed.rank_zero import RankZeroEngine, Shard, usage_on_rank_0
 from trainer.engines.distributed.reshard import full_fqn_state
 from trainer.engines.local import LocalTrainingEngine
@@ -54,20 +53,12 @@ def decoder_layers(model: nn.Module) -> nn.ModuleList:
 class FSDPShard(Shard):
     """One rank's part of the policy. Every method is run by all ranks together (rank 0
     passes the whole batch as `data`, the others nothing). The arguments are
-    TorchTrainingEngine's."""
+    TorchTrainingEngine's (`policy_args`: TorchPolicy's)."""
 
-    def __init__(
-        self,
-        checkpoint_dir: str | Path,
-        optim: UpdateSettings,
-        *,
-        device: str = "auto",
-        dtype: Dtype = "fp32",
-        autocast: Autocast = "none",
-    ) -> None:
+    def __init__(self, checkpoint_dir: str | Path, optim: UpdateSettings, **policy_args: Any):
         # the whole policy, on this rank
-        policy = TorchPolicy(checkpoint_dir, device=device, dtype=dtype, autocast=autocast)
-        self.dtype = dtype
+        policy = TorchPolicy(checkpoint_dir, **policy_args)
+        self.dtype = policy.dtype
         self.model = policy.model
         device = next(self.model.parameters()).device.type
         mesh = init_device_mesh(device, (dist.get_world_size(),))

@@ -27,10 +27,9 @@ from core.vocabulary import WeightQuant
 from trainer import routing
 from trainer.engines import quant
 from trainer.engines.base import Rollout, SamplingParams, WeightSyncError
-from trainer.engines.config import ActivationQuant, Dtype
+from trainer.engines.config import ActivationQuant
 from trainer.engines.decode import Decoded, decode
-from trainer.engines.device import resolve_device
-from trainer.models import load_policy
+from trainer.engines.placement import Placement
 
 SYNC_PROBE_TOL = 1e-4  # max |Δ logit| accepted after a weight sync with exact numerics
 
@@ -41,19 +40,16 @@ class TorchInferenceEngine:
     def __init__(
         self,
         checkpoint_dir: str | Path,
+        placement: Placement = Placement(dtype="bf16"),
         *,
-        device: str = "auto",
-        dtype: Dtype = "bf16",
         weight_quant: WeightQuant = "none",
         activation_quant: ActivationQuant = "none",
     ) -> None:
-        """`device` as resolve_device takes it; `dtype` of the weights and matmuls;
-        weights (and activations) rounded through the given simulated formats."""
-        self.device = resolve_device(device)
-        self.dtype = dtype
+        """Weights (and activations) rounded through the given simulated formats."""
+        self.device, self.model, self.tokenizer = placement.load(checkpoint_dir)
+        self.dtype = placement.dtype
         self.weight_quant = weight_quant
         self.activation_quant = activation_quant
-        self.model, self.tokenizer = load_policy(checkpoint_dir, dtype, self.device)
         self.model.requires_grad_(False)
         self.eos_id = int(self.tokenizer.eos_token_id)
         self.pad_id = int(self.tokenizer.pad_token_id)

@@ -22,30 +22,27 @@ import torch
 from torch import Tensor
 
 from trainer import routing
-from trainer.engines.config import Autocast, Dtype
+from trainer.engines.config import Autocast
 from trainer.engines.device import autocast as autocast_to
-from trainer.engines.device import resolve_device
 from trainer.engines.local import LocalTrainingEngine
+from trainer.engines.placement import Placement
 from trainer.engines.update import UpdateSettings
-from trainer.models import load_policy
 
 
 class TorchPolicy:
-    """π_θ as a transformers model on one device, in `dtype` (its parameters and
-    compute), optionally under bf16 `autocast`; the module it trains is that model."""
+    """π_θ as a transformers model on its `placement` (one device, the dtype of its
+    parameters and compute), optionally under bf16 `autocast`; the module it trains is
+    that model."""
 
     def __init__(
         self,
         checkpoint_dir: str | Path,
-        *,
-        device: str = "auto",
-        dtype: Dtype = "fp32",
+        placement: Placement = Placement(),
         autocast: Autocast = "none",
     ) -> None:
-        self.device = resolve_device(device)
-        self.dtype = dtype
+        self.device, self.model, self.tokenizer = placement.load(checkpoint_dir)
+        self.dtype = placement.dtype
         self.autocast = autocast
-        self.model, self.tokenizer = load_policy(checkpoint_dir, dtype, self.device)
         self.model.train()  # no dropout in these models; train mode for completeness
         self.module = self.model
         self.num_moe_layers = routing.num_moe_layers(self.model)
@@ -98,10 +95,7 @@ class TorchTrainingEngine(LocalTrainingEngine):
         self,
         checkpoint_dir: str | Path,
         optim: UpdateSettings,
-        *,
-        device: str = "auto",
-        dtype: Dtype = "fp32",
+        placement: Placement = Placement(),
         autocast: Autocast = "none",
     ) -> None:
-        policy = TorchPolicy(checkpoint_dir, device=device, dtype=dtype, autocast=autocast)
-        super().__init__(policy, optim)
+        super().__init__(TorchPolicy(checkpoint_dir, placement, autocast), optim)

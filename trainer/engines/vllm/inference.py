@@ -33,8 +33,8 @@ from torch import nn
 from core.errors import UserError
 from core.vocabulary import WeightQuant
 from trainer.engines.base import Rollout, SamplingParams
-from trainer.engines.config import Dtype
 from trainer.engines.device import resolve_device
+from trainer.engines.placement import Placement
 from trainer.engines.vllm import gpu as vllm_gpu
 from trainer.engines.vllm import weights as vllm_weights
 from trainer.engines.vllm.routing import RoutingCapture
@@ -106,9 +106,8 @@ class VLLMEngine:
     def __init__(
         self,
         checkpoint_dir: str | Path,
+        placement: Placement = Placement(dtype="bf16"),
         *,
-        device: str = "auto",
-        dtype: Dtype = "bf16",
         weight_quant: WeightQuant = "none",
         kv_cache_bytes: int = 64 << 20,
         gpu_memory: float = 0.4,
@@ -117,8 +116,8 @@ class VLLMEngine:
         max_num_seqs: int = 512,
         num_threads: int = 1,
     ) -> None:
-        """`device`: where rollouts are delivered (vLLM runs on its own platform);
-        `dtype` of its weights, rounded through `weight_quant`; `kv_cache_bytes` of KV
+        """`placement`: where rollouts are delivered (vLLM runs on its own platform) and
+        the dtype of its weights, rounded through `weight_quant`; `kv_cache_bytes` of KV
         cache; `gpu_memory`: the GPU share vLLM may hold (gpu.py, unused on the CPU)."""
         with _kept_process_state():  # importing vLLM sets env vars too (LD_LIBRARY_PATH...)
             vllm = import_vllm()
@@ -128,8 +127,8 @@ class VLLMEngine:
         if not (path / "config.json").is_file():
             raise UserError(f"{path}: not a model checkpoint (no config.json)")
         hf = json.loads((path / "config.json").read_text())
-        self.device = resolve_device(device)
-        self.dtype = dtype
+        self.device = resolve_device(placement.device)
+        self.dtype = placement.dtype
         self.weight_quant = weight_quant
         self.vocab_size = int(hf["vocab_size"])
         self.eos_id = int(hf["eos_token_id"])
