@@ -49,13 +49,40 @@ def check_supported(hf: Any) -> None:
         raise UserError(f"engine.training=megatron: unsupported Qwen3-MoE config: {bad}")
 
 
+FIXED = {
+    "moe_router_load_balancing_type": "none",
+    "moe_aux_loss_coeff": 0.0,
+    "moe_enable_routing_replay": True,
+    "normalization": "RMSNorm",
+    "qk_layernorm": True,
+    "gated_linear_unit": True,
+    "activation_func": F.silu,
+    "add_bias_linear": False,
+    "add_qkv_bias": False,
+    "hidden_dropout": 0.0,
+    "attention_dropout": 0.0,
+    "bias_activation_fusion": False,
+    "bias_dropout_fusion": False,
+    "masked_softmax_fusion": False,
+    "persist_layer_norm": False,
+    "apply_rope_fusion": False,
+    "perform_initialization": False,  # the HF weights are loaded over it
+    "params_dtype": torch.float32,
+}
+"""What every Qwen3-MoE policy of this engine shares in Megatron's TransformerConfig: the
+architecture (RMSNorm, QK-norm, SwiGLU, no biases), no auxiliary loss and no dropout (the
+RL update is the only objective), no fused kernels (equal log-probs to transformers'),
+routing replay on, fp32 parameters."""
+
+
 def transformer_config(hf: Any, on_cpu: bool, ep_size: int = 1) -> Any:
-    """Megatron's TransformerConfig of the HF config (fp32, no dropout, routing replay on,
-    `ep_size` expert-parallel ranks). On CPU: the allgather token dispatcher (alltoall
-    creates a CUDA stream) and CPU init."""
+    """Megatron's TransformerConfig of the HF config (`FIXED`, `ep_size` expert-parallel
+    ranks). On CPU: the allgather token dispatcher (alltoall creates a CUDA stream) and
+    CPU init."""
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     return TransformerConfig(
+        **FIXED,
         expert_model_parallel_size=ep_size,
         num_layers=hf.num_hidden_layers,
         hidden_size=hf.hidden_size,
@@ -67,27 +94,9 @@ def transformer_config(hf: Any, on_cpu: bool, ep_size: int = 1) -> Any:
         moe_router_topk=hf.num_experts_per_tok,
         moe_ffn_hidden_size=hf.moe_intermediate_size,
         moe_router_pre_softmax=not hf.norm_topk_prob,
-        moe_router_load_balancing_type="none",
-        moe_aux_loss_coeff=0.0,
         moe_token_dispatcher_type="allgather" if on_cpu else "alltoall",
-        moe_enable_routing_replay=True,
-        normalization="RMSNorm",
         layernorm_epsilon=hf.rms_norm_eps,
-        qk_layernorm=True,
-        gated_linear_unit=True,
-        activation_func=F.silu,
-        add_bias_linear=False,
-        add_qkv_bias=False,
-        hidden_dropout=0.0,
-        attention_dropout=0.0,
-        bias_activation_fusion=False,
-        bias_dropout_fusion=False,
-        masked_softmax_fusion=False,
-        persist_layer_norm=False,
-        apply_rope_fusion=False,
         use_cpu_initialization=on_cpu,
-        perform_initialization=False,  # the HF weights are loaded over it
-        params_dtype=torch.float32,
     )
 
 
