@@ -1,5 +1,6 @@
 """The organic remediation benchmark's verdicts on two small stores (no training)."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -39,3 +40,16 @@ def test_mean_interval_is_students_t():
     assert organic.mean_interval([]) is None
     share = organic.chance_share()
     assert share is None or 0 <= share <= 1
+
+
+def test_a_run_that_stopped_counts_as_a_collapse_not_rescued(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "train.log").write_text("step 1\nminirl train: error: mean |Δ| 0.2 > 0.1; stopped\n")
+    assert organic.stopped(run) == "minirl train: error: mean \\|Δ\\| 0.2 > 0.1; stopped"
+    assert organic.stopped(tmp_path / "none") == "unfinished"
+    out = tmp_path / "page.md"
+    organic.write([], "cmd", out, [("lr1e-3", 101, organic.stopped(run))])
+    page = json.loads(out.with_suffix(".json").read_text())
+    assert (page["rescued"], page["collapsing"]) == (0, 1)
+    assert page["stopped"][0]["config"] == "lr1e-3" and "rescued: 0/1" in out.read_text()

@@ -145,9 +145,21 @@ def mean_interval(xs: list[float]) -> tuple[float, float, float] | None:
     return m, m - half, m + half
 
 
-def write(pairs: list[OrganicPair], command: str, out: Path) -> None:
+def stopped(run_dir: Path) -> str:
+    """Why a run that exists did not finish: its log's last error line, else 'unfinished'."""
+    log = run_dir / "train.log"
+    errors = [ln for ln in log.read_text().splitlines() if "error:" in ln] if log.is_file() else []
+    return errors[-1].strip().replace("|", "\\|") if errors else "unfinished"
+
+
+def write(
+    pairs: list[OrganicPair], command: str, out: Path, failed: list[tuple[str, int, str]] = ()
+) -> None:
+    """The pooled table; `failed`: (config, seed, why) of pairs whose run with remediation
+    stopped before its end, its run without collapsing: counted as collapses not rescued."""
     collapsing = [p for p in pairs if p.collapsed_off]
     rescued = [p for p in collapsing if p.rescued]
+    n_collapsing = len(collapsing) + len(failed)
     worse = [p for p in pairs if p.worse]
     chance = chance_share()
     effect = mean_interval(
@@ -157,7 +169,7 @@ def write(pairs: list[OrganicPair], command: str, out: Path) -> None:
             if p.final_on is not None and p.final_off is not None
         ]
     )
-    share = len(worse) / len(pairs)
+    share = len(worse) / len(pairs) if pairs else 0.0
     verdict_worse = "n/a" if chance is None else ("pass" if share <= chance else "FAIL")
     lines = [
         "# Remediation on organic collapses (no scripted incident)",
@@ -165,7 +177,8 @@ def write(pairs: list[OrganicPair], command: str, out: Path) -> None:
         f"Made by `{command}`. Held-out accuracy is each run's own last `eval/acc`.",
         "",
         f"- pairs: {len(pairs)}; collapsed without remediation: {len(collapsing)}; "
-        f"rescued: {len(rescued)}/{len(collapsing)} (needs ≥ 2/3)",
+        f"rescued: {len(rescued)}/{n_collapsing} (needs ≥ 2/3; a run with remediation that "
+        "stopped before its end counts as not rescued)",
         f"- worse (> {TOLERANCE * 100:.0f} points lower with remediation): "
         f"{len(worse)}/{len(pairs)} "
         f"= {share:.0%}; chance (do-nothing forks): "
@@ -182,6 +195,10 @@ def write(pairs: list[OrganicPair], command: str, out: Path) -> None:
         "| rescued | worse | rollbacks (judged healthy) | fork experiments | actions |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    lines += [
+        f"| {c} | {seed} | – | – | – | – | stopped | True/– | False | – | {why} | | |"
+        for c, seed, why in failed
+    ]
     for p in pairs:
         lines.append(
             f"| {p.config} | {p.seed} | {p.steps} | {_f(p.first)} | {_f(p.peak_off)} | "
@@ -196,7 +213,8 @@ def write(pairs: list[OrganicPair], command: str, out: Path) -> None:
         chance_worse_share=chance,
         worse_share=share,
         rescued=len(rescued),
-        collapsing=len(collapsing),
+        collapsing=n_collapsing,
+        stopped=[{"config": c, "seed": seed, "why": why} for c, seed, why in failed],
         mean_effect=effect,
         pairs=[asdict(p) for p in pairs],
     )
@@ -227,11 +245,19 @@ def main(argv: list[str]) -> int:
                 for out, rem in ((off_dir, "false"), (on_dir, "true")):
                     run_dir = out / name / f"seed{seed}"
                     lab.run_one(config, seed, out, [*steps, f"train.remediation={rem}"], run_dir)
-    pairs = [
-        read_pair(n, s, off_dir / n / f"seed{s}", on_dir / n / f"seed{s}")
-        for s in args.seeds
-        for n in names
-        if lab.finished(off_dir / n / f"seed{s}") and lab.finished(on_dir / n / f"seed{s}")
-    ]
+    pairs, failed = [], []
+    for s in args.seeds:
+        for n in names:
+            off, on = off_dir / n / f"seed{s}", on_dir / n / f"seed{s}"
+            if lab.finished(off) and lab.finished(on):
+                pairs.append(read_pair(n, s, off, on))
+            elif lab.finished(off) and on.is_dir() and _collapsed(off):
+                failed.append((n, s, stopped(on)))
     command = "minirl bench remediation --organic " + shlex.join(argv)
-    return report_pairs(pairs, write, command, args.out, f"{off_dir} and {on_dir}")
+    return report_pairs(
+        pairs,
+        lambda ps, cmd, out: write(ps, cmd, out, failed),
+        command,
+        args.out,
+        f"{off_dir} and {on_dir}",
+    )
