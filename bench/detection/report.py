@@ -8,6 +8,7 @@ from pathlib import Path
 
 from bench.detection.corpus import UNSEEN_SEEDS
 from bench.detection.score import LEAD_GOAL, MEDIAN_LEAD_GOAL, RunScore, Summary, summarise
+from bench.markdown import seed_ranges
 
 MONITORS = ("ours", "rlwatch")
 TRIED = [
@@ -127,11 +128,11 @@ def write(
         "",
         "### Report set by source",
         "",
-        f"Lab incident runs (seeds {', '.join(map(str, lab_seeds))}):",
+        f"Lab runs (seeds {seed_ranges(lab_seeds)}):",
         "",
         *summary_table(groups["lab"]),
         "",
-        f"Of which seeds {', '.join(map(str, UNSEEN_SEEDS))} alone, first run after the last "
+        f"Of which seeds {seed_ranges(UNSEEN_SEEDS)} alone, first run after the last "
         "change to the defaults (clipping read as a setting, designed on the seeds before "
         "them; nothing in the defaults could have been fitted to these runs):",
         "",

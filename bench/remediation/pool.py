@@ -23,6 +23,7 @@ import statistics
 from pathlib import Path
 
 from bench import RESULTS
+from bench.markdown import seed_ranges
 from bench.remediation.results import write_page
 from bench.remediation.verdicts import TOLERANCE, undone_is_worse
 from core.errors import UserError
@@ -123,17 +124,6 @@ def _points(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:+.1f}"
 
 
-def _seeds(seeds: list[int]) -> str:
-    """1 2 3 5 -> '1-3, 5'."""
-    spans: list[list[int]] = []
-    for s in seeds:
-        if spans and s == spans[-1][1] + 1:
-            spans[-1][1] = s
-        else:
-            spans.append([s, s])
-    return ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in spans)
-
-
 def write(rows: list[dict], noise: tuple[int, int] | None, command: str, out: Path) -> None:
     configs = sorted({r["config"] for r in rows})
     per = {c: summarise([r for r in rows if r["config"] == c]) for c in configs}
@@ -143,7 +133,7 @@ def write(rows: list[dict], noise: tuple[int, int] | None, command: str, out: Pa
     lines = [
         "# Remediation benchmark, tables pooled",
         "",
-        f"Command: `{command}`. Seeds {_seeds(total['seeds'])}; the verdicts are the "
+        f"Command: `{command}`. Seeds {seed_ranges(total['seeds'])}; the verdicts are the "
         "tables' own (μ's final accuracy, 32 responses per held-out prompt; 5 points "
         "count as the same). *Incident undone*: the stable twin (same seed, the incident "
         "never happened) against the run without remediation, judged as a remediation "
