@@ -132,9 +132,9 @@ def write(
         "",
         *summary_table(groups["lab"]),
         "",
-        f"Of which seeds {seed_ranges(UNSEEN_SEEDS)} alone, first run after the last "
-        "change to the defaults (clipping read as a setting, designed on the seeds before "
-        "them; nothing in the defaults could have been fitted to these runs):",
+        f"Of which seeds {seed_ranges(UNSEEN_SEEDS)} alone: no default was designed on "
+        "them (the lab's on seeds before them, the public runs' free parameters on a fold "
+        "of public runs):",
         "",
         *summary_table(unseen),
         "",
