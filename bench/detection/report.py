@@ -69,7 +69,7 @@ def lab_table(scores: dict[str, list[RunScore]]) -> list[str]:
     pools: dict[tuple[str, str], list[RunScore]] = {}
     for r in scores["ours"]:
         if r.run.startswith("lab/"):
-            pools.setdefault((r.run.split("/")[1], r.split), []).append(r)
+            pools.setdefault((r.run.removeprefix("lab/").rsplit("/", 1)[0], r.split), []).append(r)
     for (config, split), runs in sorted(pools.items()):
         seeds = sorted(_seed(r) for r in runs)
         a = summarise(runs)
