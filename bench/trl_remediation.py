@@ -28,7 +28,7 @@ from typing import Any
 from bench import RESULTS
 from bench.detection import corpus
 from bench.remediation.results import read_logged
-from bench.remediation.verdicts import TOLERANCE, Arm, Pair, judge
+from bench.remediation.verdicts import NOISE, Arm, Pair, judge, noise_share
 from core.errors import UserError
 from monitor.store.reader import RunReader
 
@@ -156,10 +156,8 @@ def read_arm(out: Path, name: str, final: float) -> Arm:
 
 def chance() -> tuple[float, int]:
     """The share of do-nothing forks that ended more than 5 points below their run."""
-    path = RESULTS / "remediation_noise.json"
-    forks = json.loads(path.read_text())["forks"]
-    lower = sum(f["forked"] < f["run"] - TOLERANCE for f in forks)
-    return lower / len(forks), len(forks)
+    lower, forks = noise_share(NOISE)
+    return lower / forks, forks
 
 
 def report(pairs: list[Pair], command: str, settings: dict) -> tuple[str, dict]:

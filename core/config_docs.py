@@ -19,6 +19,8 @@ from typing import Any
 
 import yaml
 
+from core.typed_config import to_data
+
 
 @functools.cache
 def field_docs(cls: type) -> dict[str, str]:
@@ -76,7 +78,5 @@ def annotated_yaml(obj: Any, indent: str = "") -> list[str]:
             lines.append(f"{indent}{f.name}:")
             lines += annotated_yaml(value, indent + "  ")
         else:
-            from core.typed_config import to_data
-
             lines.append(f"{indent}{f.name}: {_scalar(to_data(value))}")
     return lines

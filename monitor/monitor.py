@@ -30,10 +30,9 @@ from core.controls import RunControls
 from core.errors import UserError
 from monitor.config import MonitorConfig
 from monitor.detectors import DetectorSet
-from monitor.detectors.rules import SETTINGS
 from monitor.remediation import run_health
 from monitor.remediation.actions import apply_to_controls
-from monitor.remediation.healthy import Intervals, Scores, Verdict, judge, last_healthy
+from monitor.remediation.healthy import Scores, Verdict, judge, last_healthy
 from monitor.remediation.policy import RemediationPolicy
 from monitor.store.histograms import bin_values, spec_for
 from monitor.store.reader import RunReader
@@ -42,8 +41,6 @@ from monitor.store.run_store import RunStore
 from monitor.store.schema import MAX_STEP, name_problem
 
 log = logging.getLogger("minirl.monitor")
-
-"""What a checkpoint's health is measured on: held-out accuracy, else training reward."""
 
 
 class Exporter(Protocol):
@@ -296,17 +293,14 @@ class Monitor:
     def judge_checkpoints(self, candidates: Sequence[int]) -> list[Verdict]:
         """A verdict on each candidate, oldest first (why each is or is not healthy)."""
         self._check_open()
-        return judge(list(candidates), self.scores(), self.precursors())
+        margin = self.cfg.remediation.onset_margin
+        with RunReader(self.run_dir) as r:
+            return judge(list(candidates), run_health.scores(r), run_health.precursors(r, margin))
 
     def scores(self) -> Scores:
         """(step, held-out accuracy) of every evaluation, else the training reward."""
         with RunReader(self.run_dir) as reader:
             return run_health.scores(reader)
-
-    def precursors(self) -> Intervals:
-        """(opened, cleared or None) of every warning/critical alert (as `episode_start`)."""
-        with RunReader(self.run_dir) as reader:
-            return run_health.precursors(reader, self.cfg.remediation.onset_margin)
 
     def healthy_lr(self) -> float | None:
         """The lr logged at the run's last measurably healthy evaluation."""
@@ -321,7 +315,7 @@ class Monitor:
         margin = self.cfg.remediation.onset_margin
         return min(
             (
-                a.step - (0 if a.metric in SETTINGS else margin)
+                run_health.opened(a, margin)
                 for a in self.store.open_alerts()
                 if a.severity != "info"
             ),

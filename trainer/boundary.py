@@ -30,8 +30,8 @@ def induce(run: RunState, incident: Incident) -> None:
     except Rejected as why:
         raise UserError(f"{incident.describe()}: cannot be applied ({why})") from None
     assert isinstance(out, Controls)  # rollback/stop are not incident kinds
-    changed = _diff(run.controls, out)
-    _set_controls(run, out)
+    changed = controls_diff(run.controls, out)
+    set_controls(run, out)
     run.mon.update_controls(out.for_monitor(run.cfg.optim.lr, run.policy.is_moe))
     run.mon.event(
         "incident",
@@ -46,7 +46,7 @@ def induce(run: RunState, incident: Incident) -> None:
     run.bar.message(incident.describe())
 
 
-def _set_controls(run: RunState, controls: Controls) -> None:
+def set_controls(run: RunState, controls: Controls) -> None:
     """The run's new controls; a rollout precision that moved is synced into the engine."""
     run.controls = controls
     if run.engine is not None and run.engine.weight_quant != controls.rollout_quant:
@@ -80,8 +80,8 @@ def apply_actions(run: RunState) -> Request | None:
                 request = out
             run.mon.resolve(action.id, "applied", f"{out.kind} at the step boundary")
         else:
-            changed = _diff(run.controls, out)
-            _set_controls(run, out)
+            changed = controls_diff(run.controls, out)
+            set_controls(run, out)
             run.mon.resolve(action.id, "applied", changed or "no change")
         run.bar.message(f"action {action.kind} {action.params} applied ({action.source})")
     return request
@@ -110,9 +110,17 @@ def rollback(run: RunState, request: Request) -> None:
         )
         run.bar.message(f"rollback: no healthy checkpoint (have {list(ckpts)}); continuing")
         return
-    after = restore(run, ckpts[target])
+    record_rollback(run, step, target, restore(run, ckpts[target]), verdict)
+
+
+def record_rollback(
+    run: RunState, step: int, target: int, after: float | None, verdict: Verdict | None
+) -> None:
+    """The `rollback` event and line of a restored checkpoint: where from and to, the
+    restored policy's held-out accuracy against the last evaluation at or before it, and
+    the healthy verdict that chose it."""
     before = [a for s, a in zip(run.eval_steps, run.evals, strict=True) if s <= target]
-    mon.event(
+    run.mon.event(
         "rollback",
         {
             "step": step,
@@ -163,7 +171,7 @@ def verdict_detail(verdict: Verdict) -> dict[str, Any]:
     }
 
 
-def _diff(old: Controls, new: Controls) -> str:
+def controls_diff(old: Controls, new: Controls) -> str:
     """'field: old -> new' for every control an action changed (the audit detail)."""
     before = {**dataclasses.asdict(old.loss), **dataclasses.asdict(old)}
     after = {**dataclasses.asdict(new.loss), **dataclasses.asdict(new)}

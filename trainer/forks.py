@@ -24,8 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from core.vocabulary import TIS_CAP
 from monitor import RunReader
-from trainer.boundary import _diff, _set_controls, held_out, restore, verdict_detail
+from trainer.boundary import controls_diff, held_out, record_rollback, restore, set_controls
 from trainer.checkpoints import list_checkpoints
 from trainer.controls import Controls, Rejected, apply_action
 from trainer.progress import NoProgress
@@ -59,7 +60,7 @@ def candidates(run: RunState, before: Controls) -> list[Candidate]:
     if not fixed.loss.clip and fixed.mini_batches > 1:
         options.append(("clipping on", "set_clip", {"enabled": True}))
     if fixed.loss.is_policy == "none" and fixed.loss.variant != "reinforce":
-        options.append(("IS correction on", "set_is_correction", {"enabled": True, "cap": 5.0}))
+        options.append(("IS correction on", "set_is_correction", {"enabled": True, "cap": TIS_CAP}))
     options.append(("lr halved", "scale_lr", {"factor": 0.5}))
     for name, kind, params in options:
         try:
@@ -95,8 +96,8 @@ def experiment(run: RunState, before: Controls, take: Callable[[RunState], StepR
     verdict = run.mon.healthy_checkpoint(list(ckpts))
     if k <= 0 or verdict is None:
         return False
-    tried = candidates(run, before)
-    k = min(k, fork_budget(run) // len(tried))
+    tried, budget = candidates(run, before), fork_budget(run)
+    k = min(k, budget // len(tried))
     if len(tried) < 2 or k < 2:
         return False
     path, at, pos, bar = ckpts[verdict.step], run.step, run.pos, run.bar
@@ -104,7 +105,7 @@ def experiment(run: RunState, before: Controls, take: Callable[[RunState], StepR
     run.bar = NoProgress()  # a fork neither moves the run's end nor its progress
     try:
         for c in tried:
-            _set_controls(run, c.controls)
+            set_controls(run, c.controls)
             restore(run, path, evaluate_after=False)
             scores.append(_fork(run, k, take))
             run.step, run.pos = at, pos
@@ -112,24 +113,14 @@ def experiment(run: RunState, before: Controls, take: Callable[[RunState], StepR
         run.bar = bar
     best = max(range(len(tried)), key=lambda i: scores[i]["score"])  # ties: the first
     chosen = tried[best]
-    _set_controls(run, chosen.controls)
+    set_controls(run, chosen.controls)
     after = restore(run, path)
     mon = run.mon
     for kind, params in chosen.actions:  # the audit trail: what the experiment added
         action = mon.request_action(kind, params, f"fork experiment: {chosen.name}", "policy")
-        mon.resolve(action.id, "applied", _diff(tried[0].controls, chosen.controls))
+        mon.resolve(action.id, "applied", controls_diff(tried[0].controls, chosen.controls))
     mon.update_controls(chosen.controls.for_monitor(run.cfg.optim.lr, run.policy.is_moe))
-    mon.event(
-        "rollback",
-        {
-            "step": at,
-            "to_step": verdict.step,
-            "pos": run.pos,
-            "eval_acc_after": after,
-            "eval_acc_before": verdict.score,
-            "healthy": verdict_detail(verdict),
-        },
-    )
+    record_rollback(run, at, verdict.step, after, verdict)
     mon.event(
         "fork_experiment",
         {
@@ -142,13 +133,8 @@ def experiment(run: RunState, before: Controls, take: Callable[[RunState], StepR
             ],
             "chosen": chosen.name,
             "cost_steps": k * len(tried),
-            "budget_left": fork_budget(run) - k * len(tried),
+            "budget_left": budget - k * len(tried),
         },
-    )
-    was = "" if verdict.score is None else f" (was {verdict.score:.3f} there)"
-    run.bar.message(
-        f"rolled back to the checkpoint of step {verdict.step} (at step {at}); held-out "
-        f"accuracy {after:.3f}{was}"
     )
     run.bar.message(
         f"fork experiment from step {verdict.step}: "

@@ -31,6 +31,7 @@ from core.errors import UserError
 from core.vocabulary import WeightQuant
 from monitor import Monitor
 from monitor.detectors.rules import ROLLOUT_BITS
+from monitor.remediation.healthy import last_healthy
 from trainer.boundary import apply_actions, held_out, induce, rollback
 from trainer.checkpoints import (
     controls_from_data,
@@ -373,7 +374,10 @@ def _checkpoint(run: RunState) -> None:
     keep the newest few and the latest healthy one, where a rollback goes. The checkpoint
     event says whether it was measured healthy and why (monitor/remediation/healthy.py)."""
     mon = run.mon
-    healthy = mon.healthy_checkpoint(list(list_checkpoints(run.run_dir)))
+    ckpts = list_checkpoints(run.run_dir)
+    verdicts = mon.judge_checkpoints([*ckpts, run.step])  # one read of the store for both
+    healthy = last_healthy([v for v in verdicts if v.step in ckpts])
+    verdict = next(v for v in verdicts if v.step == run.step)
     path = save_checkpoint(
         run.run_dir,
         run.step,
@@ -383,7 +387,6 @@ def _checkpoint(run: RunState) -> None:
         pos=run.pos,
         protect=frozenset() if healthy is None else frozenset({healthy.step}),
     )
-    verdict = mon.judge_checkpoints([run.step])[0]
     mon.event(
         "checkpoint",
         {

@@ -21,7 +21,6 @@ One pooled table: bench/results/remediation_organic.md and .json.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import shlex
 import statistics
@@ -31,13 +30,12 @@ from pathlib import Path
 from bench import REPO, RESULTS
 from bench.detection import lab
 from bench.remediation.results import report_pairs, write_page
-from bench.remediation.verdicts import TOLERANCE
+from bench.remediation.verdicts import NOISE, TOLERANCE, noise_share
 from monitor.analysis.analyze import MIN_POINTS, find_onset
 from monitor.detectors.config import DetectorsConfig
 from monitor.store.reader import RunReader
 
 ORGANIC = REPO / "configs" / "lab" / "organic"
-NOISE = RESULTS / "remediation_noise.json"
 
 
 def configs() -> list[str]:
@@ -129,9 +127,8 @@ def chance_share() -> float | None:
     """The share of do-nothing forks that end more than 5 points lower than their run."""
     if not NOISE.is_file():
         return None
-    forks = json.loads(NOISE.read_text())["forks"]
-    lower = [f["forked"] < f["run"] - TOLERANCE for f in forks if f.get("forked") is not None]
-    return sum(lower) / len(lower) if lower else None
+    lower, forks = noise_share(NOISE)
+    return lower / forks if forks else None
 
 
 def mean_interval(xs: list[float]) -> tuple[float, float, float] | None:

@@ -25,7 +25,7 @@ from pathlib import Path
 from bench import RESULTS
 from bench.markdown import seed_ranges
 from bench.remediation.results import write_page
-from bench.remediation.verdicts import TOLERANCE, undone_is_worse
+from bench.remediation.verdicts import TOLERANCE, noise_share, undone_is_worse
 from core.errors import UserError
 
 FIELDS = (
@@ -107,17 +107,6 @@ def summarise(rows: list[dict]) -> dict:
         "pi_pairs": len(pi),
         "pi_worse": sum(r["final_pi_on"] < r["final_pi_off"] - TOLERANCE for r in pi),
     }
-
-
-def noise_share(path: Path) -> tuple[int, int]:
-    """(forks ending more than 5 points below their run, forks) of a remediation-noise table."""
-    try:
-        forks = json.loads(path.read_text())["forks"]
-        return sum(f["forked"] < f["run"] - TOLERANCE for f in forks), len(forks)
-    except OSError as exc:
-        raise UserError(f"{path}: {exc.strerror or exc}") from None
-    except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: not a `minirl bench remediation-noise` table ({exc})") from None
 
 
 def _points(x: float | None) -> str:

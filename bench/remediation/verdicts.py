@@ -9,10 +9,17 @@ policy, not even one that gave back everything the incident took, can be sure of
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench import RESULTS
+from core.errors import UserError
 
 TOLERANCE = 0.05
 """Accuracy within 5 points counts as the same."""
+NOISE = RESULTS / "remediation_noise.json"
+"""`minirl bench remediation-noise`'s table: the yardstick "worse" is judged against."""
 
 
 @dataclass
@@ -83,3 +90,14 @@ def undone_is_worse(off: float | None, twin: float | None) -> bool | None:
     without remediation? Such a pair is one no policy can be sure not to lose (None where
     either accuracy is unknown)."""
     return None if off is None or twin is None else twin < off - TOLERANCE
+
+
+def noise_share(path: Path) -> tuple[int, int]:
+    """(forks ending more than 5 points below their run, forks) of a remediation-noise table."""
+    try:
+        forks = json.loads(path.read_text())["forks"]
+        return sum(f["forked"] < f["run"] - TOLERANCE for f in forks), len(forks)
+    except OSError as exc:
+        raise UserError(f"{path}: {exc.strerror or exc}") from None
+    except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: not a `minirl bench remediation-noise` table ({exc})") from None

@@ -31,7 +31,6 @@ class DropDetector:
         self._n = 0
         self._steps_seen = 0  # training steps the points cover (`unit`)
         self._after = 0  # points since the warm-up ended
-        self._alpha = rule.ewma_alpha  # the smoothing of the last point (per point)
         self._prev_step: int | None = None
         self._start: list[float] = []  # the first `min_warmup` raw values
         self._from_start = 0.0  # the share of the starting level's gain lost
@@ -119,7 +118,7 @@ class DropDetector:
         peak is the starting level, whose own error adds."""
         if len(self._steps) < 10:
             return 0.0
-        a, k = self._alpha, len(self._steps)
+        a, k = self.rule.ewma_alpha, len(self._steps)
         sigma = math.sqrt(math.pi / 4) * sum(self._steps) / k
         sigma *= 1 + math.sqrt(math.pi / 2 - 1) / math.sqrt(k)
         ewma = sigma * math.sqrt(a / (2 - a))
@@ -137,7 +136,8 @@ class DropDetector:
         the EWMA's correlation time being (2 − α)/α steps), plus `drawdown_margin`, and
         never less than `noise_z`. It grows with the run, slowly: 4 (`noise_z`) for ~30
         steps after warm-up, 6.2 after 200 steps of α = 0.1, 7.2 after 600, 8.1 after 2000."""
-        r, a = self.rule, self._alpha
+        r = self.rule
+        a = r.ewma_alpha
         m = max(self._after * a / (2 - a), 1.0)
         return max(r.noise_z, r.drawdown_margin + 2 * math.sqrt(2 * math.log(m)))
 

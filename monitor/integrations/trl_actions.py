@@ -21,11 +21,12 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from core.controls import RunControls
-from monitor.remediation.healthy import Verdict, judge, last_healthy
+from monitor.remediation.healthy import Verdict, last_healthy
 from monitor.store.records import Action
 
 log = logging.getLogger("minirl.monitor")
@@ -96,19 +97,12 @@ def checkpoints(output_dir: str | os.PathLike[str]) -> dict[int, Path]:
 
 
 def healthy_checkpoint(mon: Any, output_dir: str | os.PathLike[str]) -> tuple[Path, Verdict] | None:
-    """The last healthy checkpoint before the episode under way, and why, or None."""
-    from monitor.store.reader import RunReader
-
+    """The last healthy checkpoint before the episode under way, and why, or None (judged
+    as the monitor judges minirl's own checkpoints: `Monitor.judge_checkpoints`)."""
     ckpts = checkpoints(output_dir)
     if not ckpts:
         return None
-    with RunReader(mon.run_dir) as reader:
-        names = set(reader.metric_names())
-        name = "eval/acc" if "eval/acc" in names else "reward/mean"
-        steps, values = reader.scalars([name])[name]
-        precursors = [(a.step, a.cleared_step) for a in reader.alerts(min_severity="warning")]
-    scores = list(zip(steps.tolist(), values.tolist(), strict=True))
-    verdict = last_healthy(judge(list(ckpts), scores, precursors), before=mon.episode_start())
+    verdict = last_healthy(mon.judge_checkpoints(list(ckpts)), before=mon.episode_start())
     return (ckpts[verdict.step], verdict) if verdict is not None else None
 
 
@@ -133,7 +127,7 @@ class TrainerActions:
         restores it on resuming: after the first batch when it skipped batches)."""
         rollback = self.apply_pending()
         restored = self._rollback(rollback) if rollback is not None else None
-        source = epoch_iterator if self._iterator is None else _Refill(self)
+        source = epoch_iterator if self._iterator is None else self._restored_stream()
         batch = type(self.trainer).get_batch_samples(self.trainer, source, num_batches, device)
         if restored is not None:
             self.trainer._load_rng_state(str(restored))
@@ -315,6 +309,11 @@ class TrainerActions:
         log.warning("minirl: rolled back to %s at step %d (%s)", target, step, why)
         return target if skip > 0 else None
 
+    def _restored_stream(self) -> Iterator[Any]:
+        """The data stream after a rollback, endless across epochs."""
+        while True:
+            yield self.next_batch()
+
     def next_batch(self) -> Any:
         """The next batch of the restored data stream, into the next epoch at its end."""
         try:
@@ -323,19 +322,6 @@ class TrainerActions:
             self._epoch += 1
             self._iterator = _epoch_iter(self.trainer.get_train_dataloader(), self._epoch)
             return next(self._iterator)
-
-
-class _Refill:
-    """An iterator over the restored data stream (what `get_batch_samples` draws from)."""
-
-    def __init__(self, owner: TrainerActions) -> None:
-        self.owner = owner
-
-    def __iter__(self) -> _Refill:
-        return self
-
-    def __next__(self) -> Any:
-        return self.owner.next_batch()
 
 
 def _epoch_iter(loader: Any, epoch: int) -> Any:

@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from core.controls import RunControls
+from core.vocabulary import TIS_CAP
 from monitor.config import MonitorConfig
-from monitor.remediation.healthy import Verdict, judge, last_healthy
+from monitor.remediation.healthy import Verdict, last_healthy
 from monitor.remediation.policy import RemediationPolicy
 from monitor.store.records import Action, ActionDraft, Alert
 
@@ -109,7 +110,7 @@ def to_overrides(
         if d.kind == "set_is_correction":
             if p["enabled"]:
                 add(f"{CORRECTION}.rollout_is=token")
-                add(f"{CORRECTION}.rollout_is_threshold={_num(p.get('cap', 5.0))}")
+                add(f"{CORRECTION}.rollout_is_threshold={_num(p.get('cap', TIS_CAP))}")
             else:
                 add(f"{CORRECTION}.rollout_is=null")
         elif d.kind == "set_is_policy":
@@ -208,9 +209,8 @@ def advise(
     policy = RemediationPolicy(mon.cfg.remediation)
     drafts = policy.decide(step, alerts, controls, [], mon.store.open_alerts())
     fix = to_overrides(drafts, controls, config)
-    scores, precursors = mon.scores(), mon.precursors()
     steps = checkpoint_steps(ckpt_dir)
-    verdict = last_healthy(judge(steps, scores, precursors), before=step + 1)
+    verdict = last_healthy(mon.judge_checkpoints(steps), before=step + 1)
     overrides = list(fix.overrides)
     checkpoint = None
     if verdict is not None and ckpt_dir is not None:

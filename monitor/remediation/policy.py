@@ -35,6 +35,7 @@ from monitor.remediation.recipe import (
     for_the_run,
     heading,
     is_off,
+    is_on,
     pre_episode,
 )
 from monitor.store.records import Action, ActionDraft, Alert, severity_rank
@@ -71,12 +72,7 @@ class RemediationPolicy:
                 )
             ]
         if alert.factor in ("train_inference", "approximation") and is_off(controls):
-            on = draft(
-                "set_is_correction",
-                {"enabled": True, "cap": c.tis_cap},
-                f"{why} → IS correction is off: turn on token TIS (cap {c.tis_cap:g})",
-                alert,
-            )
+            on = is_on(c, alert, f"{why} → IS correction is off")
             if breakdown:
                 return [on]
             if all(s["kind"] != on.kind for s in self.skipped):  # one advice per step

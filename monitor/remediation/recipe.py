@@ -42,15 +42,7 @@ def for_the_run(
     quant = controls.rollout_quant
     low = QUANT_BITS.get(quant, 16) < 16
     if low and is_off(controls) and "set_is_correction" not in kinds:
-        out.append(
-            draft(
-                "set_is_correction",
-                {"enabled": True, "cap": c.tis_cap},
-                f"{why} → {quant} rollouts without IS correction: turn on token TIS "
-                f"(cap {c.tis_cap:g})",
-                alert,
-            )
-        )
+        out.append(is_on(c, alert, f"{why} → {quant} rollouts without IS correction"))
     high = controls.moe and mini >= c.r3_mini_batches
     if high and controls.routing_replay != "R3" and "set_routing_replay" not in kinds:
         out.append(
@@ -65,6 +57,16 @@ def for_the_run(
     if alert.factor == "optimisation" and mini > 1 and "set_mini_batches_cap" not in kinds:
         out.append(fewer_mini_batches(alert, mini, (), why))
     return out
+
+
+def is_on(c: RemediationConfig, alert: Alert, why: str) -> ActionDraft:
+    """Token TIS on with the policy's cap, for `why` (what made IS correction needed)."""
+    return draft(
+        "set_is_correction",
+        {"enabled": True, "cap": c.tis_cap},
+        f"{why}: turn on token TIS (cap {c.tis_cap:g})",
+        alert,
+    )
 
 
 def clip_on(c: RemediationConfig, alert: Alert, mini: int, why: str) -> ActionDraft:

@@ -11,6 +11,7 @@ import math
 from monitor.detectors.rules import SETTINGS
 from monitor.remediation.healthy import Intervals, Scores, judge
 from monitor.store.reader import RunReader
+from monitor.store.records import Alert
 
 SCORE_METRICS = ("eval/acc", "reward/mean")
 """The held-out accuracy, else (a run that logs no evaluation) the training reward."""
@@ -25,13 +26,16 @@ def scores(reader: RunReader) -> Scores:
     return []
 
 
+def opened(alert: Alert, onset_margin: int) -> int:
+    """Where an alert's episode began: `onset_margin` steps before a symptom's alert opened
+    (its signal moved before its persistence was met); a setting that moved is exact."""
+    return alert.step - (0 if alert.metric in SETTINGS else onset_margin)
+
+
 def precursors(reader: RunReader, onset_margin: int) -> Intervals:
-    """(opened, cleared or None) of every warning/critical alert, opened `onset_margin`
-    steps early for a symptom (its signal moved before its alert opened); a setting that
-    moved is exact."""
+    """(opened, cleared or None) of every warning/critical alert (`opened`)."""
     return [
-        (a.step - (0 if a.metric in SETTINGS else onset_margin), a.cleared_step)
-        for a in reader.alerts(min_severity="warning")
+        (opened(a, onset_margin), a.cleared_step) for a in reader.alerts(min_severity="warning")
     ]
 
 
