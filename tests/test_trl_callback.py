@@ -293,17 +293,63 @@ def test_remediation_rollback_equals_a_resume_by_hand(tiny_ckpt, tmp_path, monke
 
     by_hand = _Probe()
     _trainer(tiny_ckpt, tmp_path / "b", [by_hand], 6, **cfg).train(resume_from_checkpoint=str(ckpt))
-    for a, b in ((4, 3), (5, 4), (6, 5)):  # the rolled-back run counts steps forward
-        assert rolled.logs[a]["loss"] == by_hand.logs[b]["loss"]
-        assert rolled.logs[a]["grad_norm"] == by_hand.logs[b]["grad_norm"]
-        assert all(torch.equal(rolled.params[a][k], v) for k, v in by_hand.params[b].items())
+    # the rolled-back run counts steps forward, and trains the undone step again (redo)
+    for a, b in ((4, 3), (5, 4), (6, 5), (7, 6)):
+        _same_step(rolled, a, by_hand, b)
     with RunReader(tmp_path / "run") as reader:
         action = next(a for a in reader.actions() if a.kind == "rollback")
         event = next(e for e in reader.events() if e.kind == "rollback")
         steps = reader.steps().tolist()
     assert action.status == "applied" and "checkpoint-2" in action.detail
     assert event.detail["to_step"] == 2 and event.detail["step"] == 3
-    assert steps == [1, 2, 3, 4, 5, 6]
+    assert event.detail["redo"] == 1 and "max_steps 7" in action.detail
+    assert steps == [1, 2, 3, 4, 5, 6, 7]
+
+
+def _same_step(a_probe, a, b_probe, b):
+    import torch
+
+    assert a_probe.logs[a]["loss"] == b_probe.logs[b]["loss"], (a, b)
+    assert a_probe.logs[a]["grad_norm"] == b_probe.logs[b]["grad_norm"], (a, b)
+    assert all(torch.equal(a_probe.params[a][k], v) for k, v in b_probe.params[b].items())
+
+
+def test_rollback_redo_runs_past_the_trainers_last_epoch(tiny_ckpt, tmp_path, monkeypatch):
+    """Six prompts, six steps: one epoch with no room. Rolled back from step 4 to
+    checkpoint-2, the run trains data positions 3-4 again as steps 5-6; rolled back
+    again from step 7 to checkpoint-6 (data position 4, saved after the first rollback),
+    it trains positions 5-6 as steps 8-9, in a pass the Trainer's own loop would not
+    make. Every redone step equals a resume from checkpoint-2 by hand; with redo=False
+    the run ends at step 6."""
+    monkeypatch.setenv("DISABLE_MLFLOW_INTEGRATION", "TRUE")
+    import datasets
+
+    from monitor.integrations.trl import MinirlCallback
+
+    six = datasets.Dataset.from_list([{"prompt": f"{i}+{i}="} for i in range(6)])
+    cfg = dict(save_strategy="steps", save_steps=2, lr_scheduler_type="linear")
+    runs = {}
+    for redo in (True, False):
+        minirl = MinirlCallback(tmp_path / f"run{redo}", remediation=True, redo=redo)
+        asks = {4: [("rollback", {"step": 2})], 7: [("rollback", {"step": 6})]}
+        probe = _Probe(minirl, asks)
+        trainer = _trainer(tiny_ckpt, tmp_path / f"out{redo}", [minirl, probe], 6, **cfg)
+        trainer.train_dataset = six
+        trainer.train()
+        runs[redo] = (trainer, probe)
+    trainer, rolled = runs[True]
+    assert trainer.state.global_step == 9 and sorted(rolled.logs) == list(range(1, 10))
+    assert runs[False][0].state.global_step == 6
+
+    by_hand = _Probe()
+    again = _trainer(tiny_ckpt, tmp_path / "b", [by_hand], 6, **cfg)
+    again.train_dataset = six
+    again.train(resume_from_checkpoint=str(tmp_path / "outTrue" / "checkpoint-2"))
+    for a, b in ((5, 3), (6, 4), (7, 5), (8, 5), (9, 6)):
+        _same_step(rolled, a, by_hand, b)
+    with RunReader(tmp_path / "runTrue") as reader:
+        events = [e.detail for e in reader.events() if e.kind == "rollback"]
+    assert [(e["step"], e["to_step"], e["redo"]) for e in events] == [(4, 2, 2), (7, 6, 1)]
 
 
 def test_remediation_sets_what_grpo_reads_per_step(tiny_ckpt, tmp_path, monkeypatch):

@@ -58,8 +58,9 @@ def _callback_class() -> type:
 
     class MinirlCallback(TrainerCallback):
         """Feeds the trainer's logs to a Monitor of `run_dir` and, with `remediation`,
-        applies its actions (see the module docstring); `monitor_kw` go to `Monitor`
-        (notifier, prometheus_port, monitor_config...)."""
+        applies its actions (see the module docstring); `redo=False` ends a rolled-back
+        run at `max_steps` steps taken instead of training the undone steps again;
+        `monitor_kw` go to `Monitor` (notifier, prometheus_port, monitor_config...)."""
 
         def __init__(
             self,
@@ -67,10 +68,11 @@ def _callback_class() -> type:
             keep_names: bool = False,
             remediation: bool = False,
             trainer: Any = None,
+            redo: bool = True,
             **monitor_kw: Any,
         ) -> None:
             self.run_dir, self.keep_names, self.monitor_kw = run_dir, keep_names, monitor_kw
-            self.remediation, self.trainer = remediation, trainer
+            self.remediation, self.trainer, self.redo = remediation, trainer, redo
             self.mon: Any = None
             self.actions: TrainerActions | None = None
             self.step = 0
@@ -110,7 +112,7 @@ def _callback_class() -> type:
             if last is not None and last > self.step:
                 self.mon.truncate_after(self.step)
             if self.remediation:
-                self.actions = TrainerActions(trainer, self.mon)
+                self.actions = TrainerActions(trainer, self.mon, redo=self.redo)
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             self.step = max(self.step, int(state.global_step))

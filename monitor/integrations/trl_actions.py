@@ -6,13 +6,13 @@ next step draws its batch (the callback wraps the trainer's `get_batch_samples`)
   wrapped; any other scheduler capped after each step), so they hold for the rest of run;
 - `set_is_correction`, `set_is_policy`: GRPOTrainer's vLLM IS correction attributes,
   read at every generation; `set_clip` with ε: `epsilon_low/high`, read per step;
-- `rollback`: the requested or last healthy `checkpoint-N`, restored with the Trainer's
-  own loaders (weights, optimizer, scheduler, scaler, RNG) and the data position, as
-  `train(resume_from_checkpoint=...)` would; the step counter keeps going forward;
+- `rollback`: the requested or last healthy `checkpoint-N` (`healthy.last_healthy`),
+  restored as `train(resume_from_checkpoint=...)` would (weights, optimizer, scheduler,
+  RNG, data position); steps count forward and (`redo`) `max_steps` grows by the steps
+  undone, so every data position is still trained, past the last epoch if need be;
 - `stop`: the Trainer stops after the step, the last healthy checkpoint named.
 Anything else is refused with the reason (a setting TRL reads once at start-up). Every
-action is resolved in the store. "Healthy" is `healthy.last_healthy` on the held-out
-score (or the reward mean) with the warning/critical alerts as precursors.
+action is resolved in the store.
 """
 
 
@@ -109,16 +109,46 @@ def healthy_checkpoint(mon: Any, output_dir: str | os.PathLike[str]) -> tuple[Pa
 class TrainerActions:
     """Applies actions to one running Trainer (see the module docstring)."""
 
-    def __init__(self, trainer: Any, mon: Any) -> None:
-        self.trainer, self.mon = trainer, mon
+    def __init__(self, trainer: Any, mon: Any, redo: bool = True) -> None:
+        self.trainer, self.mon, self.redo = trainer, mon, redo
         self.lr_scale, self.lr_cap = 1.0, None
         self._wrapped_sched: Any = None
         self._iterator: Any = None
         self._epoch = 0
+        self._shifts: list[tuple[int, int]] = []
+        """(rollback step, global step − data position for the steps after it)."""
+        self._trainer_epoch = getattr(trainer, "_run_epoch", None)
         trainer.get_batch_samples = self._get_batch_samples
+        if redo and self._trainer_epoch is not None:
+            trainer._run_epoch = self._run_epochs
 
     def close(self) -> None:
-        self.trainer.__dict__.pop("get_batch_samples", None)
+        for name in ("get_batch_samples", "_run_epoch"):
+            self.trainer.__dict__.pop(name, None)
+
+    def position(self, step: int) -> int:
+        """The data position (steps of data consumed) at the end of global step `step`."""
+        shift = next((d for after, d in reversed(self._shifts) if step > after), 0)
+        return step - shift
+
+    def _run_epochs(self, *args: Any, **kw: Any) -> Any:
+        """The Trainer's epoch; after its last one, more passes over the restored data
+        stream until `max_steps` (grown by the steps a rollback undid) is reached."""
+        out = self._trainer_epoch(*args, **kw)
+        t, epoch = self.trainer, kw.get("epoch")
+        while (
+            not args
+            and epoch is not None
+            and self._iterator is not None
+            and epoch + 1 >= t.state.num_train_epochs
+            and t.state.global_step < t.state.max_steps
+            and not t.control.should_training_stop
+        ):
+            epoch += 1
+            t.control = t.callback_handler.on_epoch_begin(t.args, t.state, t.control)
+            # the batches come from the restored stream: an empty loader draws no RNG
+            out = self._trainer_epoch(**{**kw, "epoch": epoch, "train_dataloader": ()})
+        return out
 
     # ------------------------------------------------------------------ boundary
     def _get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any) -> Any:
@@ -288,6 +318,13 @@ class TrainerActions:
         if hasattr(t, "_load_scaler"):
             t._load_scaler(str(target))
         to_step = TrainerState.load_from_json(str(target / "trainer_state.json")).global_step
+        to_pos = self.position(to_step)
+        undone = self.position(step) - to_pos
+        self._shifts.append((step, step - to_pos))
+        redo = ""
+        if self.redo and undone > 0:
+            t.state.max_steps += undone
+            redo = f"; its {undone} undone steps trained again (max_steps {t.state.max_steps})"
         if hasattr(t, "_buffered_inputs"):  # GRPO: generate afresh, as a resumed trainer does
             t._buffered_inputs, t._step = None, 0
         if self.lr_cap is not None or self.lr_scale != 1.0:
@@ -295,16 +332,23 @@ class TrainerActions:
         loader = t.get_train_dataloader()
         accum = args.gradient_accumulation_steps
         per_epoch = max(len(loader) // accum + int(len(loader) % accum > 0), 1)
-        self._epoch = to_step // per_epoch
-        skip = 0 if args.ignore_data_skip else (to_step % per_epoch) * accum
+        self._epoch = to_pos // per_epoch
+        skip = 0 if args.ignore_data_skip else (to_pos % per_epoch) * accum
         if skip > 0:
             loader = skip_first_batches(loader, skip)
         else:
             t._load_rng_state(str(target))
         self._iterator = _epoch_iter(loader, self._epoch)
-        self.mon.resolve(action.id, "applied", f"restored {target} (step {to_step}); {why}")
+        self.mon.resolve(action.id, "applied", f"restored {target} (step {to_step}); {why}{redo}")
         self.mon.event(
-            "rollback", {"step": step, "to_step": to_step, "checkpoint": str(target), "why": why}
+            "rollback",
+            {
+                "step": step,
+                "to_step": to_step,
+                "checkpoint": str(target),
+                "why": why,
+                "redo": undone if redo else 0,
+            },
         )
         log.warning("minirl: rolled back to %s at step %d (%s)", target, step, why)
         return target if skip > 0 else None
