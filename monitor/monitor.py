@@ -139,7 +139,8 @@ class Monitor:
         scalars: Mapping[str, float],
         distributions: Mapping[str, Sequence[float]] | None = None,
     ) -> list[Alert]:
-        """Store one step (one transaction), run the detectors, return the new alerts.
+        """Store one step (one transaction; the remediation policy's actions in the next),
+        run the detectors, return the new alerts.
 
         NaN is stored as NULL and ±inf as IEEE infinities (store.py); both also raise
         the non-finite detector. Logging the same step twice merges (later values win);
@@ -173,7 +174,10 @@ class Monitor:
                 else:
                     alert_id = self.store.insert_alert(step, change, now)
                     new.append(Alert(**vars(change), id=alert_id, step=step, time=now))
-            if self.policy is not None and new:
+        if self.policy is not None and new:
+            # after the step's commit: the decision reads the store (healthy_lr) as it is
+            # now, this step's row and alerts included
+            with self.store.transaction():
                 self._remediate(step, new, now)
         self._hand_off(step, values, new, cleared)
         return new
@@ -303,9 +307,11 @@ class Monitor:
             return run_health.scores(reader)
 
     def healthy_lr(self) -> float | None:
-        """The lr logged at the run's last measurably healthy evaluation."""
+        """The lr the run was measured healthy after, before the episode under way
+        (`run_health.healthy_lr`)."""
+        start = self.episode_start()
         with RunReader(self.run_dir) as reader:
-            return run_health.healthy_lr(reader, self.cfg.remediation.onset_margin)
+            return run_health.healthy_lr(reader, self.cfg.remediation.onset_margin, start)
 
     def episode_start(self) -> int | None:
         """Where the episode of the open warning/critical alerts began (None: no episode):

@@ -102,14 +102,50 @@ def test_analyze_tells_the_recovery_verdict_and_a_fork_experiment(tmp_path):
     assert "chose lr halved; cost 8 extra steps" in text
 
 
-def test_the_healthy_lr_is_the_lr_logged_at_the_last_healthy_evaluation(tmp_path):
-    """An lr ramped from the start: the run was healthy at 20 (lr 2e-4), fell after; a
-    lowered lr is measured from there, not from the ramp's peak."""
+def test_the_healthy_lr_is_one_the_run_was_measured_healthy_after(tmp_path):
+    """An lr ramped from the start: healthy at 0, 10 and 20, fallen after. A lowered lr
+    is measured from the lr at 10 (the evaluation at 20 vouches for it), not from 20's
+    (whose own updates nothing vouched for yet) nor the ramp's peak; an evaluation inside
+    the episode under way does not count."""
     mon = Monitor(tmp_path / "r", controls=CONTROLS)
     for step in range(51):
         values = {"reward/mean": 0.3, "optim/lr": 1e-5 * step}
         if step in EVALS:
             values["eval/acc"] = EVALS[step]
         mon.log(step, values)
-    assert mon.healthy_lr() == 1e-5 * 20
+    assert mon.healthy_lr() == 1e-5 * 10
     mon.close()
+
+    evals = {0: 0.24, 10: 0.25, 20: 0.26, 30: 0.26, 40: 0.26}
+    mon = Monitor(tmp_path / "e", controls=CONTROLS)
+    for step in range(41):  # a precursor opens at 33, its signal moving from ~28
+        values = {"reward/mean": 0.3, "optim/lr": 1e-5 * step, "mismatch/kl_k1": 1e-3}
+        if step >= 28:
+            values["mismatch/kl_k1"] = 0.5
+        if step in evals:
+            values["eval/acc"] = evals[step]
+        mon.log(step, values)
+    start = mon.episode_start()
+    assert start is not None and 20 < start <= 30
+    assert mon.healthy_lr() == 1e-5 * 10  # 30 and 40 are in the episode: 20 is the last
+    mon.close()
+
+
+def test_a_breakdowns_lr_cap_reads_the_alert_that_raised_it(tmp_path):
+    """An lr ramped from the start, the reward falling from step 29 and the held-out score
+    with it (0.31, 0.33, 0.27, 0.06 at 10-40). The critical's lr cap is measured from the
+    lr at 10 (vouched for by 20, the last healthy evaluation), not from 30's: the decision
+    sees the critical being raised, so the fallen evaluation at 40 is not taken for noise
+    that would make 30 healthy."""
+    evals = {10: 0.31, 20: 0.33, 30: 0.27, 40: 0.06}
+    mon = Monitor(tmp_path / "r", remediation=True, controls={**CONTROLS, "lr": 6e-4})
+    for step in range(1, 61):
+        reward = 0.25 * min(step, 20) / 20 if step <= 29 else max(0.0, 0.25 - 0.02 * (step - 29))
+        values = {"reward/mean": reward, "optim/lr": 6e-4 * min(step - 1, 32) / 32}
+        if step in evals:
+            values["eval/acc"] = evals[step]
+        mon.log(step, values)
+    caps = [a for a in mon.store.all_actions() if a.kind == "set_lr_cap"]
+    mon.close()
+    assert caps, "no breakdown"
+    assert caps[0].params["lr"] == 0.5 * 6e-4 * 9 / 32, caps[0].reason

@@ -199,7 +199,7 @@ class RemediationPolicy:
         if lr is None:
             lr, healthy = controls.lr, controls.lr_healthy
             if healthy is not None and (lr is None or float(healthy) < float(lr)):
-                lr, was = healthy, "the lr of its last healthy evaluation,"
+                lr, was = healthy, "the lr it was last measured healthy after,"
         if controls.lr_cap is not None:
             lr = min(float(lr), float(controls.lr_cap)) if lr is not None else None
         if lr is None:

@@ -1,5 +1,5 @@
 """What a stored run says about its health: the scores healthy.py judges, the intervals
-its precursors were open, and the learning rate it was last measurably healthy at.
+its precursors were open, and the learning rate it was measurably healthy at.
 
 Reads the store (a `RunReader`); the judgement itself is healthy.py's pure functions.
 """
@@ -39,15 +39,19 @@ def precursors(reader: RunReader, onset_margin: int) -> Intervals:
     ]
 
 
-def healthy_lr(reader: RunReader, onset_margin: int) -> float | None:
-    """The learning rate logged at the run's last healthy evaluation: what a lowered lr is
+def healthy_lr(reader: RunReader, onset_margin: int, before: int | None = None) -> float | None:
+    """The learning rate the run was measured healthy *after*: what a lowered lr is
     measured from when no alert says what it was before it rose (a schedule that ramped it
-    from the start past what the run could take)."""
+    from the start past what the run could take). A too-high lr harms with a lag, so an
+    evaluation vouches for the lr of the updates before the previous one: the lr logged at
+    the healthy evaluation before the last one before `before` (the episode's start), or
+    at the last one when it is the only one."""
     run_scores = scores(reader)
     verdicts = judge([s for s, _ in run_scores], run_scores, precursors(reader, onset_margin))
-    healthy = [v.step for v in verdicts if v.healthy]
+    healthy = [v.step for v in verdicts if v.healthy and (before is None or v.step < before)]
     if not healthy:
         return None
+    at = healthy[-2] if len(healthy) > 1 else healthy[-1]
     steps, values = reader.scalars("optim/lr")["optim/lr"]
-    logged = [float(v) for s, v in zip(steps, values, strict=True) if s <= healthy[-1]]
+    logged = [float(v) for s, v in zip(steps, values, strict=True) if s <= at]
     return logged[-1] if logged and math.isfinite(logged[-1]) else None
