@@ -116,6 +116,15 @@ def test_the_healthy_lr_is_one_the_run_was_measured_healthy_after(tmp_path):
     assert mon.healthy_lr() == 1e-5 * 10
     mon.close()
 
+    mon = Monitor(tmp_path / "w", controls=CONTROLS)  # healthy at 0 and 10 only
+    for step in range(41):
+        values = {"reward/mean": 0.3, "optim/lr": 1e-5 * step}
+        if step in (0, 10, 20, 30, 40):
+            values["eval/acc"] = {0: 0.24, 10: 0.25}.get(step, 0.02)
+        mon.log(step, values)
+    assert mon.healthy_lr() == 1e-5 * 10  # step 0 vouches for no update: 10's own lr
+    mon.close()
+
     evals = {0: 0.24, 10: 0.25, 20: 0.26, 30: 0.26, 40: 0.26}
     mon = Monitor(tmp_path / "e", controls=CONTROLS)
     for step in range(41):  # a precursor opens at 33, its signal moving from ~28

@@ -40,18 +40,21 @@ def precursors(reader: RunReader, onset_margin: int) -> Intervals:
 
 
 def healthy_lr(reader: RunReader, onset_margin: int, before: int | None = None) -> float | None:
-    """The learning rate the run was measured healthy *after*: what a lowered lr is
-    measured from when no alert says what it was before it rose (a schedule that ramped it
-    from the start past what the run could take). A too-high lr harms with a lag, so an
-    evaluation vouches for the lr of the updates before the previous one: the lr logged at
-    the healthy evaluation before the last one before `before` (the episode's start), or
-    at the last one when it is the only one."""
+    """The highest learning rate the run was measured healthy *after*: what a lowered lr
+    is measured from when no alert says what it was before it rose (a schedule that ramped
+    it from the start past what the run could take). A too-high lr harms with a lag, so an
+    evaluation vouches for the lr of the updates before the previous one: the lr logged up
+    to the healthy evaluation before the last one before `before` (the episode's start);
+    up to the last one when no update came before the one before it."""
     run_scores = scores(reader)
     verdicts = judge([s for s, _ in run_scores], run_scores, precursors(reader, onset_margin))
     healthy = [v.step for v in verdicts if v.healthy and (before is None or v.step < before)]
-    if not healthy:
-        return None
-    at = healthy[-2] if len(healthy) > 1 else healthy[-1]
     steps, values = reader.scalars("optim/lr")["optim/lr"]
-    logged = [float(v) for s, v in zip(steps, values, strict=True) if s <= at]
-    return logged[-1] if logged and math.isfinite(logged[-1]) else None
+    lrs = [(int(s), float(v)) for s, v in zip(steps, values, strict=True)]
+
+    def highest_up_to(at: int) -> float | None:
+        up_to = [v for s, v in lrs if s <= at and math.isfinite(v) and v > 0]
+        return max(up_to) if up_to else None
+
+    vouched = highest_up_to(healthy[-2]) if len(healthy) > 1 else None
+    return vouched if vouched is not None or not healthy else highest_up_to(healthy[-1])
