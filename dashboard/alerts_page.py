@@ -63,6 +63,8 @@ FORMS: dict[str, tuple[Field, ...]] = {
     "set_mini_batches_cap": (Field("n", "int", 1, help="held for the rest of the run"),),
     "set_length_norm": (Field("enabled", "bool", False),),
     "scale_lr": (Field("factor", "float", 0.5, help="in (0, 10]"),),
+    "set_lr_cap": (Field("lr", "float", 1e-6, help="> 0; held for the rest of the run"),),
+    "set_rollout_quant": (Field("weight_quant", "choice", "none", choices=WEIGHT_QUANTS),),
     "set_rollout_quant_floor": (Field("weight_quant", "choice", "none", choices=WEIGHT_QUANTS,
                                       help="held for the rest of the run"),),
     "rollback": (Field("step", "int", None, True,

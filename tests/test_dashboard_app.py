@@ -378,6 +378,26 @@ def test_operator_action_is_written_pending_and_applied_by_the_trainer(runs: Pat
         mon.close()
 
 
+def test_every_requestable_action_kind_has_a_form(runs: Path):
+    """The kind list comes from the monitor's action table: a kind without a form was a
+    KeyError on the page. An lr cap and a rollout weight format are requested through it."""
+    from dashboard.alerts_page import FORMS
+    from monitor.remediation.actions import KINDS
+
+    assert {k for k in KINDS if k != "advice"} <= set(FORMS)
+    write_run(runs, "r", 10)
+    at = _request(app("alerts", run="r"), "set_lr_cap", lr=3e-6)
+    no_traceback(at)
+    at = _request(at, "set_rollout_quant", weight_quant="fp8_e4m3")
+    no_traceback(at)
+    with RunReader(runs / "r") as reader:
+        asked = [(a.kind, a.params, a.status) for a in reader.actions()]
+    assert asked == [
+        ("set_lr_cap", {"lr": 3e-6}, "pending"),
+        ("set_rollout_quant", {"weight_quant": "fp8_e4m3"}, "pending"),
+    ]
+
+
 def test_rollback_and_stop_need_confirmation(runs: Path):
     write_run(runs, "r", 10)
     at = _request(app("alerts", run="r"), "stop")
