@@ -158,3 +158,34 @@ def test_a_breakdowns_lr_cap_reads_the_alert_that_raised_it(tmp_path):
     mon.close()
     assert caps, "no breakdown"
     assert caps[0].params["lr"] == 0.5 * 6e-4 * 9 / 32, caps[0].reason
+
+
+def test_an_outcome_falls_episode_begins_where_the_fall_began(tmp_path):
+    """The reward peaks near step 25 and falls slowly, the held-out score with it (0.43
+    at 20, 0.29 at 30, 0.09 at 50); the reward's critical comes only at 68. The alert
+    says where the fall began (`since`, where the smoothed reward last stood at its
+    peak), so the episode starts there: the evaluations of the fall are not taken for
+    noise, the rollback goes to 20 (not 40, 0.30), and the lr cap is measured from 10's."""
+    evals = {10: 0.37, 20: 0.43, 30: 0.29, 40: 0.30, 50: 0.09}
+    mon = Monitor(tmp_path / "r", remediation=True, controls={**CONTROLS, "lr": 6e-4})
+    critical = None
+    for step in range(1, 71):
+        wobble = 0.03 * (1 if step % 2 else -1)
+        level = 0.35 * min(step, 20) / 20 if step <= 25 else 0.35 - 0.006 * (step - 25)
+        values = {"reward/mean": level + wobble, "optim/lr": 6e-4 * min(step - 1, 40) / 40}
+        if step in evals:
+            values["eval/acc"] = evals[step]
+        for alert in mon.log(step, values):
+            if alert.severity == "critical":
+                critical = alert
+                verdict = mon.healthy_checkpoint([10, 20, 30, 40, 50, 60])
+    assert critical is not None and critical.detector == "reward_collapse"
+    margin = mon.cfg.remediation.onset_margin
+    assert critical.since is not None and 25 <= critical.since < critical.step - margin
+    assert mon.episode_start() == critical.since
+    assert verdict.step == 20 and verdict.noise < 0.05
+    [cap] = [a for a in mon.store.all_actions() if a.kind == "set_lr_cap"]
+    assert cap.params["lr"] == 0.5 * 6e-4 * 9 / 40
+    with RunReader(tmp_path / "r") as reader:  # stored, and read back
+        assert [a.since for a in reader.alerts()] == [critical.since]
+    mon.close()

@@ -495,6 +495,27 @@ def test_a_v1_store_is_migrated_to_chunks_by_the_writer(tmp_path, monkeypatch):
     raw.close()
 
 
+def test_a_v2_store_reads_without_since_and_migrates_on_write(tmp_path):
+    """Alerts gained `since_step` in v3; a run written by the previous minirl stays
+    readable (since None) and a writer adds the column."""
+    with Monitor(tmp_path / "r") as mon:
+        mon.store.insert_alert(
+            3, AlertDraft("d", "warning", "m", 1.0, 0.5, 5, "outcome", "msg", "fix", since=1), 0.0
+        )
+    raw = sqlite3.connect(tmp_path / "r" / STORE_FILE)
+    raw.execute("ALTER TABLE alerts DROP COLUMN since_step")
+    raw.execute("PRAGMA user_version = 2")
+    raw.commit()
+    raw.close()
+    with RunReader(tmp_path / "r") as reader:
+        [alert] = reader.alerts()
+        assert (alert.step, alert.since, reader.meta().schema_version) == (3, None, 2)
+    RunStore.open(tmp_path / "r").close()
+    with RunReader(tmp_path / "r") as reader:
+        assert reader.meta().schema_version == SCHEMA_VERSION == 3
+        assert reader.alerts()[0].since is None
+
+
 def test_prometheus_port_starts_the_exporter_on_loopback(tmp_path):
     import urllib.request
 

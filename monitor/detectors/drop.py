@@ -37,6 +37,7 @@ class DropDetector:
         self._ewma: float | None = None  # None until the first point
         self._peak = -math.inf
         self._peak_step = 0
+        self._level_step: int | None = None  # the last step the EWMA stood at its peak level
         self._lowest = math.inf  # the EWMA's lowest value so far
         self._low = rule.zero  # the gain's origin: min(zero, the lowest before the peak)
         self._gate = Gate(cooldown=rule.cooldown)
@@ -72,6 +73,8 @@ class DropDetector:
         if self._ewma > self._peak:
             self._peak, self._peak_step = self._ewma, step
             self._low = min(r.zero, self._lowest)
+        if self._peak - self._ewma <= self.noise():  # within σ_e of the peak: no fall yet
+            self._level_step = step
         # the guard decides whether a fall is one; an open alert clears on the fall itself
         drop = self._lost(self._peak, self._low, self.noise())
         if r.unit == "step" and self._start:  # where the run began is a reference too
@@ -159,4 +162,5 @@ class DropDetector:
                 f"(a fall counts beyond {self.noise_k():.1f}× that)"
             ),
             remedy=r.remedy,
+            since=self._level_step,
         )

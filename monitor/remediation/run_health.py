@@ -28,8 +28,13 @@ def scores(reader: RunReader) -> Scores:
 
 def opened(alert: Alert, onset_margin: int) -> int:
     """Where an alert's episode began: `onset_margin` steps before a symptom's alert opened
-    (its signal moved before its persistence was met); a setting that moved is exact."""
-    return alert.step - (0 if alert.metric in SETTINGS else onset_margin)
+    (its signal moved before its persistence was met), or earlier where the detector saw
+    the move begin (`Alert.since`: an outcome's fall, often long before it is certain);
+    a setting that moved is exact."""
+    if alert.metric in SETTINGS:
+        return alert.step
+    margin = alert.step - onset_margin
+    return margin if alert.since is None else min(margin, alert.since)
 
 
 def precursors(reader: RunReader, onset_margin: int) -> Intervals:

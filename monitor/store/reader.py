@@ -34,7 +34,7 @@ from monitor.store.records import (
     RunSummary,
     severity_rank,
 )
-from monitor.store.schema import SCHEMA_VERSION, STORE_FILE, runs_below, store_path
+from monitor.store.schema import STORE_FILE, runs_below, store_path
 from monitor.store.thinning import thin
 
 _QCOLS = tuple(QUANTILES)
@@ -70,7 +70,7 @@ class RunReader:
         except sqlite3.DatabaseError as err:
             raise schema._not_a_store(self.path, str(err)) from None
         version = schema._check_identity(self._conn, self.path)
-        if version != SCHEMA_VERSION:
+        if version not in schema.READABLE:
             self._conn.close()
             if version == 0:
                 raise schema._not_a_store(self.path, "empty database")
@@ -117,7 +117,7 @@ class RunReader:
             path=str(self.path.parent),
             run_id=kv["run_id"],
             created_at=float(kv["created_at"]),
-            schema_version=SCHEMA_VERSION,
+            schema_version=self._q("PRAGMA user_version")[0][0],
             config=json.loads(kv.get("config", "{}")),
             controls=json.loads(kv.get("controls", "{}")),
             source=json.loads(kv["source"]) if "source" in kv else None,

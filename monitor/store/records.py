@@ -57,6 +57,9 @@ class AlertDraft:
     """What happened, with the numbers."""
     remedy: str
     """The paper's recommended remedy, in words a user can act on."""
+    since: int | None = None
+    """The step the signal's move began, where the detector knows it (an outcome's fall
+    began where its smoothed level last stood at its peak); None: not known."""
 
 
 @dataclass(frozen=True)

@@ -202,7 +202,8 @@ class RunStore:
     def insert_alert(self, step: int, a: AlertDraft, now: float) -> int:
         return self._conn.execute(
             "INSERT INTO alerts (step, detector, severity, metric, value, baseline, window_steps,"
-            " factor, message, remedy, time) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " factor, message, remedy, time, since_step)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 step,
                 a.detector,
@@ -215,6 +216,7 @@ class RunStore:
                 a.message,
                 a.remedy,
                 now,
+                a.since,
             ),
         ).lastrowid
 

@@ -8,7 +8,8 @@ the writer's transaction (readers never migrate). Tables:
     scalars(metric_id, step, value)     WITHOUT ROWID, keyed (metric_id, step)
     scalar_chunks(metric_id, lo, hi, n, steps, vals)  v2: complete 256-step blobs
     histograms(metric_id, step, lo, hi, counts BLOB int64 LE [bins+2], n, ..., p01..p99)
-    alerts(id, step, detector, severity, metric, value, baseline, window_steps, factor, ...)
+    alerts(id, step, detector, severity, metric, value, baseline, window_steps, factor,
+           ..., since_step)          v3: since_step
     actions(id, kind, params JSON, reason, source, alert_id, status, step, ...)
     events(id, step, kind, detail JSON, time)
 Values: REAL; ±inf as IEEE infinities, NaN as NULL (SQLite has no NaN); −0.0 reads back
@@ -146,8 +147,16 @@ def compact(conn: sqlite3.Connection, upto: int) -> None:
     conn.execute("UPDATE meta SET value = ? WHERE key = 'compacted_upto'", (str(upto),))
 
 
+def _v2_to_v3(conn: sqlite3.Connection) -> None:
+    """Where an alert's signal began to move (`Alert.since`), where its detector knows it."""
+    conn.execute("ALTER TABLE alerts ADD COLUMN since_step INTEGER")
+
+
 # MIGRATIONS[v] upgrades a store at version v to v + 1, inside the caller's transaction.
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v0_to_v1, _v1_to_v2]
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v0_to_v1, _v1_to_v2, _v2_to_v3]
+READABLE = (2, 3)
+"""Versions a reader reads: v2 stores (alerts without `since_step`) read as `since` None,
+so that runs written by the previous minirl stay readable without a writer migrating them."""
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -232,7 +241,7 @@ def _json(value: Any) -> str:
 # columns in the order of the records' fields, so that a row unpacks into its record
 _ALERT_COLUMNS = (
     "detector, severity, metric, value, baseline, window_steps, factor, message, remedy,"
-    " id, step, time, cleared_step"
+    " since_step, id, step, time, cleared_step"
 )
 _ACTION_COLUMNS = (
     "id, kind, params, reason, source, alert_id, status, step, time, resolved_step,"
@@ -247,7 +256,10 @@ def _select(conn: sqlite3.Connection, table: str, columns: str, where: str, args
 
 def _alerts(conn: sqlite3.Connection, where: str, args: Sequence[Any]) -> list[Alert]:
     """Alerts matching `where` (SQL conditions, each starting with AND, or "")."""
-    rows = _select(conn, "alerts", _ALERT_COLUMNS, f"WHERE 1 = 1{where}", args)
+    columns = _ALERT_COLUMNS
+    if conn.execute("PRAGMA user_version").fetchone()[0] < 3:  # read-only v2: no since_step
+        columns = columns.replace(" since_step,", " NULL,")
+    rows = _select(conn, "alerts", columns, f"WHERE 1 = 1{where}", args)
     return [Alert(*r[:3], _f(r[3]), _f(r[4]), *r[5:]) for r in rows]
 
 
