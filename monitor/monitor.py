@@ -174,11 +174,10 @@ class Monitor:
                 else:
                     alert_id = self.store.insert_alert(step, change, now)
                     new.append(Alert(**vars(change), id=alert_id, step=step, time=now))
-        if self.policy is not None and new:
-            # after the step's commit: the decision reads the store (healthy_lr) as it is
-            # now, this step's row and alerts included
+        due = self.policy.due(step, self.store.open_alerts()) if self.policy else []
+        if self.policy is not None and (new or due):  # after the commit: healthy_lr reads it
             with self.store.transaction():
-                self._remediate(step, new, now)
+                self._remediate(step, [*new, *due], now)
         self._hand_off(step, values, new, cleared)
         return new
 

@@ -309,6 +309,44 @@ def test_limits_pending_attempts_cooldown_and_rollbacks():
     assert ("set_lr_cap", {"lr": 1.5e-4}) in kinds  # the rest of the recipe still goes
 
 
+def test_a_breakdown_held_back_by_the_cooldown_is_acted_on_when_it_ends():
+    """A collapse that resumes within the cooldown raises a critical that stays open and
+    never fires again: it is decided again once the cooldown has passed, if still open."""
+    policy = RemediationPolicy(RemediationConfig(cooldown_steps=15))
+    crash = alert("eval_collapse", "outcome", "critical", step=30, id=7)
+    history = [past("rollback", 21, id=1), past("set_lr_cap", 21, id=2)]
+    assert policy.decide(30, [crash], CONTROLS, history, [crash]) == []
+    assert {h["retry_at"] for h in policy.skipped} == {36}
+    assert policy.due(35, [crash]) == []  # not yet
+    assert policy.due(36, [crash]) == [crash]
+    assert policy.due(37, [crash]) == []  # handed back once
+    drafts = policy.decide(36, [crash], CONTROLS, history, [crash])
+    assert [d.kind for d in drafts][:1] == ["rollback"]
+    # cleared before the cooldown ended: nothing to do
+    policy.decide(30, [crash], CONTROLS, history, [crash])
+    assert policy.due(40, []) == [] and policy.deferred == {}
+
+
+def test_the_monitor_acts_on_a_collapse_that_resumed_within_the_cooldown(tmp_path):
+    """The reward's critical at 39 is acted on; the held-out score's, at 44, comes within
+    the cooldown and stays open: it is acted on when the cooldown ends (54), not never."""
+    cfg = MonitorConfig.from_dict({"remediation": {"cooldown_steps": 15}})
+    mon = Monitor(tmp_path / "r", controls=CONTROLS, monitor_config=cfg, remediation=True)
+    criticals = []
+    for i in range(100):
+        wobble = 0.02 * math.sin(1.7 * i)
+        values = {"reward/mean": max(0.0, 0.6 - 0.01 * i) + wobble}
+        if i % 2 == 0:
+            values["eval/acc"] = max(0.0, 0.5 - 0.012 * max(0, i - 20)) + wobble
+        criticals += [(a.step, a.detector) for a in mon.log(i, values) if a.severity == "critical"]
+        for a in mon.pending_actions():
+            mon.resolve(a.id, "applied", "test")
+    rollbacks = [a.step for a in mon.store.all_actions() if a.kind == "rollback"]
+    mon.close()
+    assert criticals == [(39, "reward_collapse"), (44, "eval_collapse")]
+    assert rollbacks == [39, 54]
+
+
 def _healthy_step(i: int, kl: float) -> dict[str, float]:
     noise = 1.0 + 0.05 * math.sin(1.7 * i)  # deterministic wobble
     return {"mismatch/kl_k1": kl * noise, "reward/mean": 0.5, "optim/grad_norm": noise}

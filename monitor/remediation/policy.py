@@ -50,6 +50,8 @@ class RemediationPolicy:
         self.cfg = config
         self.skipped: list[dict[str, Any]] = []
         """What the last `decide` held back, and why (Monitor records it as an event)."""
+        self.deferred: dict[int, tuple[int, Alert]] = {}
+        """Breakdowns the cooldown held back, by alert id: (the step it ends, the alert)."""
 
     # ------------------------------------------------------------------ the recipes
     def settle(
@@ -262,7 +264,20 @@ class RemediationPolicy:
                 drafts += settled
         if any(d.kind == "set_is_correction" for d in drafts):  # a breakdown applies it now
             self.skipped = [s for s in self.skipped if s["kind"] != "set_is_correction"]
-        return self._within_limits(step, drafts, history)
+        out = self._within_limits(step, drafts, history)
+        for held in self.skipped:
+            if crash and held["alert_id"] == crash[0].id and "retry_at" in held:
+                self.deferred[crash[0].id] = (held["retry_at"], crash[0])
+        return out
+
+    def due(self, step: int, open_alerts: Sequence[Alert]) -> list[Alert]:
+        """The breakdowns the cooldown held back whose cooldown has ended, while their
+        alert is still open: an alert that stays open never fires again, so without this
+        a collapse that resumed within the cooldown would never be acted on."""
+        still = {a.id for a in open_alerts}
+        ready = [a for at, a in self.deferred.values() if at <= step and a.id in still]
+        self.deferred = {i: d for i, d in self.deferred.items() if i in still and d[0] > step}
+        return ready
 
     @staticmethod
     def _blame(alert: Alert, open_alerts: Sequence[Alert]) -> Alert:
@@ -286,7 +301,7 @@ class RemediationPolicy:
                 continue  # one action of a kind per step: the first diagnosis wins
             mine = [a for a in history if a.kind == d.kind and a.source == "policy"]
             limit = c.max_rollbacks if d.kind == "rollback" else c.max_attempts
-            why = None
+            why, retry = None, {}
             if any(a.kind == d.kind and a.status == "pending" for a in history):
                 why = "an action of this kind is already pending"
             elif len(mine) >= limit:
@@ -295,10 +310,10 @@ class RemediationPolicy:
                 why = (
                     f"cooldown: last {d.kind} at step {mine[-1].step} (< {c.cooldown_steps} steps)"
                 )
+                retry = {"retry_at": mine[-1].step + c.cooldown_steps}
             if why:
-                self.skipped.append(
-                    {"kind": d.kind, "params": d.params, "alert_id": d.alert_id, "why": why}
-                )
+                held = {"kind": d.kind, "params": d.params, "alert_id": d.alert_id, "why": why}
+                self.skipped.append({**held, **retry})
                 continue
             kinds.add(d.kind)
             out.append(d)
