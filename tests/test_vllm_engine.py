@@ -211,17 +211,37 @@ def test_check_sync_bounds():
     for bad in (2e-4, float("nan")):
         with pytest.raises(vllm_weights.WeightSyncError):
             vllm_weights.check_sync(ref + bad, ref, "fp32", 0.0)
-    # bf16: mean bound = max(floor, factor * mean |transformers bf16 - fp32|)
+    # bf16: q90 bound = max(floor, factor * q90 |transformers bf16 - fp32|)
     noisy, factor = ref + 0.01, vllm_weights.BF16_NOISE_FACTOR
     report = vllm_weights.check_sync(ref + 0.01 * factor * 0.99, ref, "bf16", 0.0, noisy)
-    assert report.on == "mean" and report.tol == pytest.approx(0.01 * factor)
-    with pytest.raises(vllm_weights.WeightSyncError, match="mean"):
+    assert report.on == "q90" and report.tol == pytest.approx(0.01 * factor)
+    with pytest.raises(vllm_weights.WeightSyncError, match="q90"):
         vllm_weights.check_sync(ref + 0.01 * factor * 1.01, ref, "bf16", 0.0, noisy)
     assert vllm_weights.check_sync(ref + 0.004, ref, "bf16", 0.0, ref).tol == 5e-3
     with pytest.raises(vllm_weights.WeightSyncError):
         vllm_weights.check_sync(ref + 0.006, ref, "bf16", 0.0, ref)
     with pytest.raises(ValueError, match="reference_low"):
         vllm_weights.check_sync(ref, ref, "bf16", 0.0)
+
+
+def test_bf16_sync_bound_lets_a_few_routing_flips_through_and_not_a_broken_sync():
+    """Measured on a remediated MoE run that stopped: 248 probe tokens, |Δ| ≈ 0.03 on
+    most and 6-7 nats on a handful (routing flips), the mean 5.1× transformers' against
+    a 5× bound. The 90th percentile sees the bulk; a shift on a fifth of the tokens
+    (a broken sync of some weights) is still refused."""
+    gen = torch.Generator().manual_seed(0)
+    ref = torch.randn(8, 31, generator=gen)
+    low = ref + 0.03 * torch.randn(8, 31, generator=gen).sign()  # transformers bf16
+    engine = ref + 0.035 * torch.randn(8, 31, generator=gen).sign()
+    engine.view(-1)[:5] += 7.0  # five flipped tokens
+    diff = (engine - ref).abs()
+    assert float(diff.mean()) > vllm_weights.BF16_NOISE_FACTOR * float((low - ref).abs().mean())
+    report = vllm_weights.check_sync(engine, ref, "bf16", 0.0, low)
+    assert report.on == "q90" and report.q90_abs < report.tol
+    broken = engine.clone()
+    broken.view(-1)[::5] += 0.5  # a fifth of the tokens off by half a nat
+    with pytest.raises(vllm_weights.WeightSyncError, match="q90"):
+        vllm_weights.check_sync(broken, ref, "bf16", 0.0, low)
 
 
 def test_bad_inputs(engine):
