@@ -139,8 +139,7 @@ class Monitor:
         scalars: Mapping[str, float],
         distributions: Mapping[str, Sequence[float]] | None = None,
     ) -> list[Alert]:
-        """Store one step (one transaction; the remediation policy's actions in the next),
-        run the detectors, return the new alerts.
+        """Store one step (one transaction), run the detectors, return the new alerts.
 
         NaN is stored as NULL and ±inf as IEEE infinities (store.py); both also raise
         the non-finite detector. Logging the same step twice merges (later values win);
@@ -174,8 +173,10 @@ class Monitor:
                 else:
                     alert_id = self.store.insert_alert(step, change, now)
                     new.append(Alert(**vars(change), id=alert_id, step=step, time=now))
-        due = self.policy.due(step, self.store.open_alerts()) if self.policy else []
-        if self.policy is not None and (new or due):  # after the commit: healthy_lr reads it
+        due = []  # remediation in its own transaction, after the step's: healthy_lr reads it
+        if self.policy is not None and self.policy.deferred:
+            due = self.policy.due(step, self.store.open_alerts(), self.store.all_actions())
+        if self.policy is not None and (new or due):
             with self.store.transaction():
                 self._remediate(step, [*new, *due], now)
         self._hand_off(step, values, new, cleared)

@@ -310,21 +310,28 @@ def test_limits_pending_attempts_cooldown_and_rollbacks():
 
 
 def test_a_breakdown_held_back_by_the_cooldown_is_acted_on_when_it_ends():
-    """A collapse that resumes within the cooldown raises a critical that stays open and
-    never fires again: it is decided again once the cooldown has passed, if still open."""
+    """A collapse that resumed within the cooldown raises a critical that stays open and
+    never fires again: it is decided again once the cooldown has passed, if still open
+    and raised after the rollback was applied (one raised before is the same fall seen
+    late, which the rollback undid)."""
     policy = RemediationPolicy(RemediationConfig(cooldown_steps=15))
     crash = alert("eval_collapse", "outcome", "critical", step=30, id=7)
-    history = [past("rollback", 21, id=1), past("set_lr_cap", 21, id=2)]
+    rollback = dataclasses.replace(past("rollback", 21, id=1), resolved_step=22)
+    history = [rollback, past("set_lr_cap", 21, id=2)]
     assert policy.decide(30, [crash], CONTROLS, history, [crash]) == []
     assert {h["retry_at"] for h in policy.skipped} == {36}
-    assert policy.due(35, [crash]) == []  # not yet
-    assert policy.due(36, [crash]) == [crash]
-    assert policy.due(37, [crash]) == []  # handed back once
+    assert policy.due(35, [crash], history) == []  # not yet
+    assert policy.due(36, [crash], history) == [crash]
+    assert policy.due(37, [crash], history) == []  # handed back once
     drafts = policy.decide(36, [crash], CONTROLS, history, [crash])
     assert [d.kind for d in drafts][:1] == ["rollback"]
     # cleared before the cooldown ended: nothing to do
     policy.decide(30, [crash], CONTROLS, history, [crash])
-    assert policy.due(40, []) == [] and policy.deferred == {}
+    assert policy.due(40, [], history) == [] and policy.deferred == {}
+    # raised before the rollback was applied: the fall the rollback undid
+    late = alert("eval_collapse", "outcome", "critical", step=22, id=8)
+    policy.decide(22, [late], CONTROLS, history, [late])
+    assert 8 in policy.deferred and policy.due(36, [late], history) == []
 
 
 def test_the_monitor_acts_on_a_collapse_that_resumed_within_the_cooldown(tmp_path):

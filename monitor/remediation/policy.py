@@ -270,12 +270,24 @@ class RemediationPolicy:
                 self.deferred[crash[0].id] = (held["retry_at"], crash[0])
         return out
 
-    def due(self, step: int, open_alerts: Sequence[Alert]) -> list[Alert]:
+    def due(
+        self, step: int, open_alerts: Sequence[Alert], history: Sequence[Action]
+    ) -> list[Alert]:
         """The breakdowns the cooldown held back whose cooldown has ended, while their
         alert is still open: an alert that stays open never fires again, so without this
-        a collapse that resumed within the cooldown would never be acted on."""
+        a collapse that resumed within the cooldown would never be acted on. Only those
+        raised after the last rollback was applied: one raised before it is the same fall
+        seen late (a lagging evaluation), which the rollback already undid."""
+        applied = [
+            a.resolved_step
+            for a in history
+            if a.kind == "rollback" and a.status == "applied" and a.resolved_step is not None
+        ]
+        after = max(applied, default=-1)
         still = {a.id for a in open_alerts}
-        ready = [a for at, a in self.deferred.values() if at <= step and a.id in still]
+        ready = [
+            a for at, a in self.deferred.values() if at <= step and a.id in still and a.step > after
+        ]
         self.deferred = {i: d for i, d in self.deferred.items() if i in still and d[0] > step}
         return ready
 
