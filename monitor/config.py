@@ -74,7 +74,8 @@ class RemediationConfig:
     cooldown_steps: int = 15
     """Steps between two automatic actions of the same kind (a fix that did not hold is
     escalated by the next breakdown after this many steps; a breakdown raised within
-    them is decided when they have passed, if its alert is still open)."""
+    them, after the last rollback was applied, is decided when they have passed if its
+    alert is still open)."""
     tis_cap: float = TIS_CAP
     """Cap of the token TIS turned on by the policy (the paper's C = 5)."""
     cap_factor: float = 0.5
