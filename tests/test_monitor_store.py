@@ -29,7 +29,7 @@ CONTROLS = {"is_policy": "none", "clip": True, "mini_batches": 1, "lr": 3e-4, "m
 # and prints each step once it is committed.
 WRITER = textwrap.dedent(
     """
-    import sys
+    import sys, time
     from monitor import Monitor
     mon = Monitor(sys.argv[1], config={"seed": 1})
     step = 0
@@ -37,14 +37,17 @@ WRITER = textwrap.dedent(
         mon.log(step, {f"m/{i:02d}": step + i / 128 for i in range(80)})
         print(step, flush=True)
         step += 1
+        time.sleep(float(sys.argv[3]))
     mon.close()
     """
 )
 
 
-def _writer(run_dir: Path, steps: int) -> subprocess.Popen:
+def _writer(run_dir: Path, steps: int, pause: float = 0.0) -> subprocess.Popen:
+    """A Monitor logging `steps` steps of 80 metrics in another process, `pause` seconds
+    apart (so that a reader gets several looks however busy the machine is)."""
     return subprocess.Popen(
-        [sys.executable, "-c", WRITER, str(run_dir), str(steps)],
+        [sys.executable, "-c", WRITER, str(run_dir), str(steps), str(pause)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -190,7 +193,7 @@ def test_killed_writer_loses_at_most_one_step_and_resumes(tmp_path):
 
 def test_reader_sees_complete_steps_while_the_writer_runs(tmp_path):
     run = tmp_path / "r"
-    proc = _writer(run, 400)
+    proc = _writer(run, 400, pause=0.002)
     while not (run / STORE_FILE).exists() or not proc.stdout.readline():
         time.sleep(0.01)
     reads, lasts = 0, []
