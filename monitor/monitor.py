@@ -174,7 +174,7 @@ class Monitor:
                     alert_id = self.store.insert_alert(step, change, now)
                     new.append(Alert(**vars(change), id=alert_id, step=step, time=now))
         due = []  # remediation in its own transaction, after the step's: healthy_lr reads it
-        if self.policy is not None and self.policy.deferred:
+        if self.policy is not None and self.policy.ripe(step):
             due = self.policy.due(step, self.store.open_alerts(), self.store.all_actions())
         if self.policy is not None and (new or due):
             with self.store.transaction():
@@ -307,11 +307,9 @@ class Monitor:
             return run_health.scores(reader)
 
     def healthy_lr(self) -> float | None:
-        """The lr the run was measured healthy after, before the episode under way
-        (`run_health.healthy_lr`)."""
-        start = self.episode_start()
+        """The lr the run was measured healthy after (`run_health.healthy_lr`)."""
         with RunReader(self.run_dir) as reader:
-            return run_health.healthy_lr(reader, self.cfg.remediation.onset_margin, start)
+            return run_health.healthy_lr(reader, self.cfg.remediation.onset_margin)
 
     def episode_start(self) -> int | None:
         """Where the episode of the open warning/critical alerts began (None: no episode):

@@ -102,7 +102,7 @@ def healthy_checkpoint(mon: Any, output_dir: str | os.PathLike[str]) -> tuple[Pa
     ckpts = checkpoints(output_dir)
     if not ckpts:
         return None
-    verdict = last_healthy(mon.judge_checkpoints(list(ckpts)), before=mon.episode_start())
+    verdict = last_healthy(mon.judge_checkpoints(list(ckpts)))  # none inside the episode
     return (ckpts[verdict.step], verdict) if verdict is not None else None
 
 

@@ -270,6 +270,10 @@ class RemediationPolicy:
                 self.deferred[crash[0].id] = (held["retry_at"], crash[0])
         return out
 
+    def ripe(self, step: int) -> bool:
+        """A held-back breakdown's cooldown has ended (`due` then reads the store)."""
+        return any(at <= step for at, _ in self.deferred.values())
+
     def due(
         self, step: int, open_alerts: Sequence[Alert], history: Sequence[Action]
     ) -> list[Alert]:

@@ -44,16 +44,17 @@ def precursors(reader: RunReader, onset_margin: int) -> Intervals:
     ]
 
 
-def healthy_lr(reader: RunReader, onset_margin: int, before: int | None = None) -> float | None:
+def healthy_lr(reader: RunReader, onset_margin: int) -> float | None:
     """The highest learning rate the run was measured healthy *after*: what a lowered lr
     is measured from when no alert says what it was before it rose (a schedule that ramped
     it from the start past what the run could take). A too-high lr harms with a lag, so an
     evaluation vouches for the lr of the updates before the previous one: the lr logged up
-    to the healthy evaluation before the last one before `before` (the episode's start);
-    up to the last one when no update came before the one before it."""
+    to the healthy evaluation before the last one (none is inside the episode under way:
+    an open alert's interval has no end); up to the last one when no update came before
+    the one before it."""
     run_scores = scores(reader)
     verdicts = judge([s for s, _ in run_scores], run_scores, precursors(reader, onset_margin))
-    healthy = [v.step for v in verdicts if v.healthy and (before is None or v.step < before)]
+    healthy = [v.step for v in verdicts if v.healthy]
     steps, values = reader.scalars("optim/lr")["optim/lr"]
     lrs = [(int(s), float(v)) for s, v in zip(steps, values, strict=True)]
 

@@ -69,7 +69,7 @@ class RunReader:
             )
         except sqlite3.DatabaseError as err:
             raise schema._not_a_store(self.path, str(err)) from None
-        version = schema._check_identity(self._conn, self.path)
+        version = self._version = schema._check_identity(self._conn, self.path)
         if version not in schema.READABLE:
             self._conn.close()
             if version == 0:
@@ -117,7 +117,7 @@ class RunReader:
             path=str(self.path.parent),
             run_id=kv["run_id"],
             created_at=float(kv["created_at"]),
-            schema_version=self._q("PRAGMA user_version")[0][0],
+            schema_version=self._version,
             config=json.loads(kv.get("config", "{}")),
             controls=json.loads(kv.get("controls", "{}")),
             source=json.loads(kv["source"]) if "source" in kv else None,
@@ -307,7 +307,7 @@ class RunReader:
         rng, args = self._range(start, end)
         where = rng + (" AND cleared_step IS NULL" if open_only else "")
         rank = severity_rank(min_severity)
-        found = schema._alerts(self._conn, where, args)
+        found = schema._alerts(self._conn, where, args, self._version)
         return [a for a in found if severity_rank(a.severity) >= rank]
 
     @reads("actions")

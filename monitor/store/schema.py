@@ -254,10 +254,13 @@ def _select(conn: sqlite3.Connection, table: str, columns: str, where: str, args
     return conn.execute(f"SELECT {columns} FROM {table} {where} ORDER BY id", args).fetchall()
 
 
-def _alerts(conn: sqlite3.Connection, where: str, args: Sequence[Any]) -> list[Alert]:
-    """Alerts matching `where` (SQL conditions, each starting with AND, or "")."""
+def _alerts(
+    conn: sqlite3.Connection, where: str, args: Sequence[Any], version: int = SCHEMA_VERSION
+) -> list[Alert]:
+    """Alerts matching `where` (SQL conditions, each starting with AND, or ""), of a store
+    at schema `version` (a reader's v2 store has no since_step)."""
     columns = _ALERT_COLUMNS
-    if conn.execute("PRAGMA user_version").fetchone()[0] < 3:  # read-only v2: no since_step
+    if version < 3:
         columns = columns.replace(" since_step,", " NULL,")
     rows = _select(conn, "alerts", columns, f"WHERE 1 = 1{where}", args)
     return [Alert(*r[:3], _f(r[3]), _f(r[4]), *r[5:]) for r in rows]
