@@ -607,3 +607,30 @@ def test_config_overrides_are_strict_and_typed():
             MonitorConfig.from_dict(bad)
     off = MonitorConfig.from_dict({"detectors": {"grad_norm": {"enabled": False}}})
     assert "grad_norm" not in DetectorSet(off.detectors).names
+
+
+def test_zero_gradient_steps_do_not_teach_the_gradient_norm_baseline():
+    """A trainer that logs a gradient norm of exactly 0 on steps with nothing to learn (two
+    in three here) is read from its nonzero steps: ordinary gradients after a run of zeros
+    are no explosion, while a tenfold rise over the nonzero level still fires."""
+    rng = np.random.default_rng(11)
+    zeros = healthy(200, seed=11)
+    for i, row in enumerate(zeros):
+        if i % 3 or rng.random() < 0.2:
+            row["optim/grad_norm"] = 0.0
+    assert fired(run(zeros, only="grad_norm")) == []
+    risen = [dict(row) for row in zeros]
+    for row in risen[150:]:
+        row["optim/grad_norm"] *= 10.0
+    first = fired(run(risen, only="grad_norm"))
+    assert first and 150 <= first[0][0] <= 175  # three nonzero points past the gap
+
+
+def test_clip_stop_needs_a_clip_rule_that_was_acting():
+    """A masked share of 0.03 % (an on-policy run's stray clipped token) falling to none is
+    not the clip rule switched off; the same fall from 0.3 % is."""
+    for level, alerts in ((3e-4, 0), (3e-3, 1)):
+        s = healthy(200, seed=7, on_policy=False)
+        for i, row in enumerate(s):
+            row["staleness/mask_frac"] *= level / 0.02 if i < 120 else 0.0
+        assert len(fired(run(s, only="clip_stop"))) == alerts, level

@@ -88,11 +88,13 @@ class DetectorsConfig:
     clip_frac: ChangeRule = rise_rule("staleness/mask_frac", "staleness", R_STALE, 1e-3)
     """Share of tokens masked by the clip rule (verl's pg_clipfrac, TRL's clip_ratio)."""
     clip_stop: ChangeRule = ChangeRule(
-        "staleness/mask_frac", "staleness", "down", R_STALE, floor=1e-5, min_change=10.0
+        "staleness/mask_frac", "staleness", "down", R_STALE, floor=1e-4, min_change=10.0
     )
     """The clip rule stopped acting: the masked share fell tenfold or more, to (nearly)
     zero (clipping off or ε widened off-policy: the trust region is gone before any ratio
-    has moved; a run turned on-policy too; a benign fall, fewer mini-batches, is ~2-4×)."""
+    has moved; a run turned on-policy too; a benign fall, fewer mini-batches, is ~2-4×).
+    The floor makes "acting" mean at least 0.1 % of tokens masked before the fall: an
+    on-policy run's stray clipped token (0.01-0.05 %) going to none is not a rule stopping."""
     routing_train_infer: ChangeRule = rise_rule(
         "routing/mismatch_train_infer", "routing", R_ROUTING, 1e-3
     )
@@ -102,9 +104,11 @@ class DetectorsConfig:
     approx_residual: ChangeRule = rise_rule("approx/seq_residual", "approximation", R_APPROX, 1e-3)
     """The first-order residual growing against its own level."""
     grad_norm: ChangeRule = ChangeRule(
-        "optim/grad_norm", "optimisation", "up", R_OPTIM, min_change=4.5
+        "optim/grad_norm", "optimisation", "up", R_OPTIM, min_change=4.5, skip_floor=True
     )
-    """Gradient norm climbing to ≥ 3× its baseline."""
+    """Gradient norm climbing to ≥ 4.5× its baseline. A norm of exactly 0 is a step with
+    nothing to learn (every group's advantages zero), not a reading of the scale: a
+    baseline of such steps would make any later gradient an explosion."""
     entropy_drop: ChangeRule = ChangeRule(
         "policy/entropy",
         "optimisation",

@@ -127,9 +127,9 @@ class ChangeRule:
     the ESS slowly falling): shown as info while the outcome holds (`BreakdownRule.
     sharpening_drop`), a warning once it falls; the breakdown rule reads it either way."""
     skip_floor: bool = False
-    """Values at or below `floor` are not measured yet (a KL of 0 before the policy has
-    moved): they neither teach the baseline nor score, so the baseline is the run's own
-    level once it has one, not the floor."""
+    """Values at or below `floor` carry no scale (a KL of 0 before the policy has moved, a
+    gradient norm of 0 on a step with nothing to learn): they neither teach the baseline
+    nor score, so the baseline is the run's own level once it has one, not the floor."""
     enabled: bool = True
     """false: the rule never fires."""
 
