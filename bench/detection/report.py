@@ -25,6 +25,14 @@ TRIED = [
     "their noisy rewards paged far more stable runs on the tuning fold; not kept.",
     "- Bug signatures (signatures.py) are not precursors: they never feed the breakdown "
     "rule, but a signature firing before an onset counts as the first alert.",
+    "- A gradient norm of exactly 0 taught the grad-norm baseline: trainers log 0 on steps "
+    "with nothing to learn (every group's advantages zero; two thirds of one source's "
+    "steps), the baseline sat at the floor and every later gradient read as a 10^7× "
+    "explosion. Zeros are skipped now; one tuning-fold catch was this artefact and is gone.",
+    "- The tuning fold's in-reach misses, read from their streams: the collapses are abrupt "
+    "(answers run into the length cap within 2-5 steps, or entropy and the gradient norm "
+    "jump one step before NaN); nothing but the slow length growth healthy runs share "
+    "moves 10 steps before them, so they are paged after the onset, not ahead of it.",
 ]
 TITLES = {"ours": "ours (defaults)", "rlwatch": "rlwatch 0.5.1 (defaults)"}
 
