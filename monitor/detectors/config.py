@@ -93,8 +93,8 @@ class DetectorsConfig:
     """The clip rule stopped acting: the masked share fell tenfold or more, to (nearly)
     zero (clipping off or ε widened off-policy: the trust region is gone before any ratio
     has moved; a run turned on-policy too; a benign fall, fewer mini-batches, is ~2-4×).
-    The floor makes "acting" mean at least 0.1 % of tokens masked before the fall: an
-    on-policy run's stray clipped token (0.01-0.05 %) going to none is not a rule stopping."""
+    The floor makes "acting" mean a masked share of at least tenfold the floor before the
+    fall: an on-policy run's stray clipped token going to none is not a rule stopping."""
     routing_train_infer: ChangeRule = rise_rule(
         "routing/mismatch_train_infer", "routing", R_ROUTING, 1e-3
     )
