@@ -397,10 +397,13 @@ def test_level_rule_is_info_persists_and_clears_with_hysteresis():
 def test_drop_warm_up_hides_a_peak_in_its_last_step():
     rule = DropRule("reward/mean", "roll back", ewma_alpha=1.0, warmup=3)
     cfg = dataclasses.replace(change_only(SIMPLE), reward_collapse=rule)
-    s = [{"reward/mean": v} for v in [0.0, 0.0, 0.9, 0.3, 0.3, 0.3]]
+    s = [{"reward/mean": v} for v in [0.0, 0.0, 0.9] + [0.3] * 20]
     assert fired(run(s, cfg, only="reward_collapse")) == []  # peak 0.9 was in the warm-up
-    s = [{"reward/mean": v} for v in [0.0, 0.0, 0.0, 0.9, 0.3, 0.3]]
-    assert fired(run(s, cfg, only="reward_collapse")) == [(4, "critical")]  # 0.67 ≥ 0.5
+    s = [{"reward/mean": v} for v in [0.0, 0.0, 0.0, 0.9] + [0.3] * 20]
+    # 0.67 ≥ 0.5 lost from step 4, judged once the noise is known (10 changes) and the 0.6
+    # fall exceeds noise_k·σ_e (|Δ| sums to 1.5 over k changes: σ_e shrinks as k grows)
+    ((step, severity),) = fired(run(s, cfg, only="reward_collapse"))
+    assert severity == "critical" and 11 <= step <= 20
 
 
 def test_reward_collapse_is_critical_at_half_the_gain():
@@ -478,17 +481,19 @@ def test_the_noise_guard_is_pinned_by_hand():
     values = [0.5, 0.6] * 6  # 11 steps of |Δ| = 0.1: σ = √(π/4)·0.1; α = 1: σ_e = σ
     for step, v in enumerate(values):
         detector.update(step, {"reward/mean": v})
-    # σ from 11 changes of 0.1, taken one standard error high: × (1 + √(π/2 − 1)/√11)
-    sigma = math.sqrt(math.pi / 4) * 0.1 * (1 + math.sqrt(math.pi / 2 - 1) / math.sqrt(11))
+    # σ from the changes before the last point (10 of 0.1; the last point's own change
+    # joins when the next point is judged), taken one standard error high
+    sigma = math.sqrt(math.pi / 4) * 0.1 * (1 + math.sqrt(math.pi / 2 - 1) / math.sqrt(10))
     assert detector.noise() == pytest.approx(sigma, rel=1e-12)
+    sigma = math.sqrt(math.pi / 4) * 0.1 * (1 + math.sqrt(math.pi / 2 - 1) / math.sqrt(11))
     # α = 1: every value is independent, m = the values seen; k = 0.5 + 2·√(2 ln m)
     assert detector.noise_k() == pytest.approx(0.5 + 2 * math.sqrt(2 * math.log(12)))
     # peak 0.6: a fall just inside k·σ_e counts as nothing, just beyond it as itself
     fall = (0.5 + 2 * math.sqrt(2 * math.log(13))) * sigma
     detector.update(12, {"reward/mean": 0.6 - fall * 0.999})
     assert detector.drop == 0.0
-    fall = (0.5 + 2 * math.sqrt(2 * math.log(14))) * sigma  # the σ of the last 100 Δ moved:
-    detector.update(13, {"reward/mean": 0.6 - fall * 1.001})  # the fall's own Δ joined it
+    fall = (0.5 + 2 * math.sqrt(2 * math.log(14))) * sigma  # the σ moved: the Δ of step 12
+    detector.update(13, {"reward/mean": 0.6 - fall * 1.001})  # joined it (not step 13's own)
     sigma_now = detector.noise()
     k = 0.5 + 2 * math.sqrt(2 * math.log(14))
     assert (detector.drop > 0) == (0.6 - (0.6 - fall * 1.001) >= k * sigma_now)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from monitor.detectors.change import MIN_BASELINE_POINTS, ChangeDetector
 from monitor.detectors.config import ChangeRule, DropRule
-from monitor.detectors.drop import DropDetector
+from monitor.detectors.drop import NOISE_POINTS, DropDetector
 
 RULE = DropRule("reward/mean", "roll back")
 
@@ -61,3 +61,28 @@ def test_the_change_baseline_counts_steps_with_a_floor_in_points():
     with at least MIN_BASELINE_POINTS points in the baseline: far sooner than 19 points."""
     assert scored_from(1) == 6 + 10 + 3
     assert scored_from(5) == 5 * (2 + MIN_BASELINE_POINTS + 1)
+
+
+def test_no_fall_is_judged_before_the_outcome_noise_is_known():
+    """A sparse log past its warm-up in steps but with fewer than NOISE_POINTS changes seen:
+    its noise is unknown, not zero, so a wobble from a lucky start is no collapse. The
+    same fall once the noise is known, and far beyond it, is."""
+    wobble = [-0.1, 0.72, 0.65, 0.31, 0.36, 0.69, 0.59, -0.05, 0.21]
+    assert first_page(DropDetector("d", RULE), wobble, 5) is None
+    dead = [0.9, 0.92, 0.88, 0.91, 0.89] + [0.0] * 16
+    paged = first_page(DropDetector("d", RULE), dead, 5)
+    assert paged is not None and 5 * (NOISE_POINTS + 1) <= paged <= 70
+
+
+def test_a_fall_from_the_starting_level_names_that_level():
+    """When the starting level sets the drop (the run never rose after warm-up), the alert
+    says so and carries it as its baseline, not the smoothed peak."""
+    detector = DropDetector("d", RULE)
+    values = [0.9, 0.92, 0.88, 0.2, 0.03] + [0.02, 0.04, 0.0, 0.03] * 8
+    for i, v in enumerate(values):
+        alerts = detector.update(5 * (i + 1), {"reward/mean": v})
+        if alerts:
+            break
+    (alert,) = alerts
+    assert "its starting level 0.9 (median of the first 3)" in alert.message
+    assert alert.baseline == 0.9

@@ -22,6 +22,11 @@ from monitor.detectors.base import Gate, fmt, reading
 from monitor.detectors.rules import DropRule
 from monitor.store.records import AlertDraft, Cleared, Severity
 
+NOISE_POINTS = 3
+"""Step-to-step changes of the raw outcome needed to estimate its noise (taken one
+standard error high, `noise`); until then no fall is judged: an unknown noise is not a
+zero one."""
+
 
 class DropDetector:
     """One `DropRule` on one metric; updates only on steps where the metric is logged."""
@@ -34,6 +39,7 @@ class DropDetector:
         self._prev_step: int | None = None
         self._start: list[float] = []  # the first `min_warmup` raw values
         self._from_start = 0.0  # the share of the starting level's gain lost
+        self._by_start: float | None = None  # the starting level, when it sets the drop
         self._ewma: float | None = None  # None until the first point
         self._peak = -math.inf
         self._peak_step = 0
@@ -43,6 +49,7 @@ class DropDetector:
         self._gate = Gate(cooldown=rule.cooldown)
         self._last: float | None = None
         self._steps: deque[float] = deque(maxlen=100)  # |x_t − x_{t−1}| while no alert is open
+        self._change: float | None = None  # this point's change, noise from the next point
         self.drop = 0.0
         """The share of the gain lost so far (0 before the peak is tracked): the outcome
         evidence the breakdown rule reads."""
@@ -56,8 +63,11 @@ class DropDetector:
         a = r.ewma_alpha
         self._ewma = x if self._ewma is None else a * x + (1 - a) * self._ewma
         self._lowest = min(self._lowest, self._ewma)
-        if self._last is not None and not self._gate.open:
-            self._steps.append(abs(x - self._last))
+        if self._change is not None:  # the noise judging a point is the one before it
+            self._steps.append(self._change)
+        self._change = abs(x - self._last) if self._last is not None else None
+        if self._gate.open:  # a change while the alert is open is not noise
+            self._change = None
         self._last = x
         self._n += 1
         if r.from_start and self._n == 1:  # the starting level counts as a peak
@@ -77,10 +87,12 @@ class DropDetector:
             self._level_step = step
         # the guard decides whether a fall is one; an open alert clears on the fall itself
         drop = self._lost(self._peak, self._low, self.noise())
+        self._by_start = None
         if r.unit == "step" and self._start:  # where the run began is a reference too
             start = sorted(self._start)[len(self._start) // 2]
             self._from_start = self._lost(start, r.zero, self.noise(True))
-            drop = max(drop, self._from_start)
+            if self._from_start > drop:
+                drop, self._by_start = self._from_start, start
         if self._peak - self._low < r.min_peak_gain and not self._from_start:
             return []
         self.drop = drop
@@ -100,6 +112,8 @@ class DropDetector:
         gain, fall = peak - low, peak - self._ewma
         if gain < self.rule.min_peak_gain or self._ewma is None:
             return 0.0
+        if not self._gate.open and len(self._steps) < NOISE_POINTS:
+            return 0.0  # the noise is not known yet: no fall is one
         significant = self._gate.open or fall >= self.noise_k() * noise
         return fall / gain if significant else 0.0
 
@@ -114,12 +128,12 @@ class DropDetector:
     def noise(self, from_start: bool = False) -> float:
         """σ_e: the standard deviation the EWMA would have on a flat outcome with the raw
         outcome's step-to-step noise (i.i.d. noise of SD σ gives E|Δx| = 2σ/√π), 0 until
-        10 changes have been seen. σ is estimated from k changes, so it is taken one
-        standard error high: |Δx| has a coefficient of variation √(π/2 − 1) ≈ 0.76, the
-        mean of k of them 0.76/√k (+24 % at k = 10, +8 % at 100): early in a run, when
+        NOISE_POINTS changes have been seen. σ is estimated from k changes, so it is taken
+        one standard error high: |Δx| has a coefficient of variation √(π/2 − 1) ≈ 0.76,
+        the mean of k of them 0.76/√k (+44 % at k = 3, +8 % at 100): early in a run, when
         few changes are known, an underestimate would let noise page. `from_start`: the
         peak is the starting level, whose own error adds."""
-        if len(self._steps) < 10:
+        if len(self._steps) < NOISE_POINTS:
             return 0.0
         a, k = self.rule.ewma_alpha, len(self._steps)
         sigma = math.sqrt(math.pi / 4) * sum(self._steps) / k
@@ -147,18 +161,24 @@ class DropDetector:
     def _draft(self, x: float, drop: float, severity: Severity) -> AlertDraft:
         r = self.rule
         origin = fmt(self._low) + ("" if self._low == r.zero else ", its lowest before it")
+        if self._by_start is None:
+            ref = f"peak {fmt(self._peak)} at step {self._peak_step}"
+        else:
+            origin = fmt(r.zero)
+            n = len(self._start)
+            ref = f"its starting level {fmt(self._by_start)} (median of the first {n})"
         return AlertDraft(
             detector=self.name,
             severity=severity,
             metric=r.metric,
             value=x,
-            baseline=self._peak,
+            baseline=self._peak if self._by_start is None else self._by_start,
             window=self._n,
             factor="outcome",
             message=(
                 f"{r.metric} has lost {drop:.0%} of its gain: smoothed {fmt(self._ewma)} "
-                f"vs peak {fmt(self._peak)} at step {self._peak_step} (now {fmt(x)}), gained "
-                f"from {origin}; the smoothed value's own noise is ±{fmt(self.noise())} "
+                f"vs {ref} (now {fmt(x)}), gained from {origin}; the smoothed value's own "
+                f"noise is ±{fmt(self.noise(self._by_start is not None))} "
                 f"(a fall counts beyond {self.noise_k():.1f}× that)"
             ),
             remedy=r.remedy,
