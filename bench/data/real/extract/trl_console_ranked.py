@@ -1,0 +1,77 @@
+"""TRL GRPOTrainer console logs whose progress bar cannot give the step -> corpus rows.
+
+Sources (one run each, read at the commit named here from a fetched mirror):
+- wallacexuhanxiao/FinQA-tool-calling-GRPO-GSPO, `logs/agent/train_stage7_grpo_long2400_r32.log`:
+  the captured output of `agent/run_stage7_finqa_grpo_long_pipeline.sh` (max_steps 2400,
+  logging_steps 1, lr 2e-7 decaying linearly to 0, no warmup).
+
+TRL prints the metrics it logs every `logging_steps` updates as a Python dict on one line.
+In these logs the tqdm bar is flushed in blocks (eleven dicts follow the same bar count), so
+the bar cannot date a dict (`trl_console.py` reads the step from it). The step is
+`logging_steps` x the dict's rank instead, checked two ways: the log holds exactly
+max_steps / logging_steps dicts and the closing `train_runtime` summary, and each logged
+`learning_rate` equals the one the linear schedule gives at that step (TRL logs the rate
+after step - 1 scheduler steps). Values unchanged.
+Usage: python trl_console_ranked.py <owner/name> <mirror git dir> <out dir>
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+RUNS = {  # repository -> (commit, path, run id, logging_steps, max_steps, peak lr, warmup)
+    "wallacexuhanxiao/FinQA-tool-calling-GRPO-GSPO": (
+        "b5706ab865f5ec919be7c623a2b11eb44ae7cc05",
+        "logs/agent/train_stage7_grpo_long2400_r32.log",
+        "p4_finqa_grpo_qwen7b_long2400",
+        1,
+        2400,
+        2e-7,
+        0,
+    ),
+}
+STEP_DICT = re.compile(r"\{'loss': [^{}]*\}")
+
+
+def scheduled_lr(step: int, max_steps: int, lr: float, warmup: int) -> float:
+    n = step - 1
+    return lr * n / warmup if n < warmup else lr * (max_steps - n) / (max_steps - warmup)
+
+
+def rows_of(text: str, every: int, max_steps: int, lr: float, warmup: int) -> list[dict]:
+    dicts = [ast.literal_eval(m.group(0)) for m in STEP_DICT.finditer(text)]
+    if len(dicts) != max_steps // every or "'train_runtime'" not in text:
+        raise ValueError(f"{len(dicts)} step dicts, expected {max_steps // every}")
+    rows = [
+        {"step": every * (i + 1), **{k: float(v) for k, v in d.items()}}
+        for i, d in enumerate(dicts)
+    ]
+    for r in rows:
+        expected = scheduled_lr(r["step"], max_steps, lr, warmup)
+        if abs(r["learning_rate"] - expected) > 1e-6 * lr:
+            raise ValueError(f"step {r['step']}: learning_rate {r['learning_rate']} off schedule")
+    return rows
+
+
+def main(repo: str, git_dir: str, out: str) -> None:
+    if repo not in RUNS:
+        raise SystemExit(f"{repo}: not one of {sorted(RUNS)}")
+    commit, path, run_id, every, max_steps, lr, warmup = RUNS[repo]
+    text = subprocess.run(
+        ["git", "--git-dir", git_dir, "show", f"{commit}:{path}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    rows = rows_of(text, every, max_steps, lr, warmup)
+    Path(out, f"{run_id}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    print(f"{run_id}\t{repo}\t{path}\t{len(rows)} steps\t{commit}")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])
