@@ -14,8 +14,12 @@ Sources (one GRPOTrainer run each, OpenEnv hackathon projects of April 2026):
   `scripts/train_hf_job.py`'s dump of `trainer.state.log_history` (a bare list). The
   repository's `runs/grpo/training_log.json` was written by `train_unsloth_grpo.py`'s no-GPU
   fallback (no model trained) and is not taken.
+- nithishgouds/Meta-x-OpenEnv-x-Pytorch-Hackathon, `plots/train_metrics.jsonl`: the
+  `on_log` records of `train_grpo.py`'s TrainerCallback, one JSON object a line (the
+  GRPOTrainer's logs with their `step` and `epoch`), 100 steps of an SFT-initialised
+  Qwen2.5 LoRA acting in the repository's incident-response simulator.
 
-A row is one `log_history` entry carrying `reward` (the GRPO steps), keyed by its own
+A row is one logged entry carrying `reward` (the GRPO steps), keyed by its own
 `step`, numbers unchanged; the closing `train_runtime` summary TRL appends is not a step
 and is dropped. Steps must increase strictly. Usage:
 python trl2_log_history.py <mirror root, holding owner+name/repo> <out dir>
@@ -51,6 +55,13 @@ RUNS = [  # (corpus id, repository, commit, path, earlier versions that must be 
         "assets/training_log.json",
         [],
     ),
+    (
+        "trl2_opssim_grpo",
+        "nithishgouds/Meta-x-OpenEnv-x-Pytorch-Hackathon",
+        "f76fd361993a0b834454e956e3c5f6b1c9b1f199",
+        "plots/train_metrics.jsonl",
+        [],
+    ),
 ]
 
 
@@ -63,7 +74,9 @@ def _show(git_dir: Path, commit: str, path: str) -> str:
     ).stdout
 
 
-def history(text: str) -> list[dict]:
+def history(text: str, path: str) -> list[dict]:
+    if path.endswith(".jsonl"):
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
     data = json.loads(text)
     return data["log_history"] if isinstance(data, dict) else data
 
@@ -86,9 +99,9 @@ def rows_of(entries: list[dict]) -> list[dict]:
 def main(mirrors: str, out: str) -> None:
     for name, repo, commit, path, prefixes in RUNS:
         git_dir = Path(mirrors, repo.replace("/", "+"), "repo")
-        entries = history(_show(git_dir, commit, path))
+        entries = history(_show(git_dir, commit, path), path)
         for earlier in prefixes:
-            part = history(_show(git_dir, commit, earlier))
+            part = history(_show(git_dir, commit, earlier), earlier)
             if entries[: len(part)] != part:
                 raise ValueError(f"{earlier} is not a prefix of {path}")
         rows = rows_of(entries)
