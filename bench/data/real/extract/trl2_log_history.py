@@ -1,6 +1,6 @@
 """TRL `log_history` records committed to public repositories -> corpus rows.
 
-Sources (one GRPOTrainer run each, OpenEnv hackathon projects of April 2026):
+Sources (one GRPOTrainer run each, most of them OpenEnv hackathon projects of April 2026):
 - Deltasthicc/F1_Simulator_OpenENV, `grpo_v1/checkpoint-800/trainer_state.json`: Qwen3-4B
   (Unsloth, LoRA) choosing race strategy in an F1 simulator; the checkpoint saved at the
   run's last step (`global_step` = `max_steps` = 800). The repository's checkpoints 50..750
@@ -18,6 +18,11 @@ Sources (one GRPOTrainer run each, OpenEnv hackathon projects of April 2026):
   `on_log` records of `train_grpo.py`'s TrainerCallback, one JSON object a line (the
   GRPOTrainer's logs with their `step` and `epoch`), 100 steps of an SFT-initialised
   Qwen2.5 LoRA acting in the repository's incident-response simulator.
+- aaravarora01/agent-memory-redteam, `trainer_state.json`: a Qwen2.5-3B-Instruct LoRA
+  attacker learning to poison a finance agent's memory (sparse judge reward), the state
+  saved at step 100 of 200 (a CS224R project, not the hackathon). The repository's
+  `train_metrics.jsonl` files are its reward function's own per-step records (reward and
+  environment counts, no training-health metric) and are not taken.
 
 A row is one logged entry carrying `reward` (the GRPO steps), keyed by its own
 `step`, numbers unchanged; the closing `train_runtime` summary TRL appends is not a step
@@ -60,6 +65,13 @@ RUNS = [  # (corpus id, repository, commit, path, earlier versions that must be 
         "nithishgouds/Meta-x-OpenEnv-x-Pytorch-Hackathon",
         "f76fd361993a0b834454e956e3c5f6b1c9b1f199",
         "plots/train_metrics.jsonl",
+        [],
+    ),
+    (
+        "trl2_memredteam_grpo",
+        "aaravarora01/agent-memory-redteam",
+        "f2ee8947f6bc2d4bc0af8047936495aa90aec4e3",
+        "trainer_state.json",
         [],
     ),
 ]
