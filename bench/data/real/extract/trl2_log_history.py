@@ -23,6 +23,12 @@ Sources (one GRPOTrainer run each, most of them OpenEnv hackathon projects of Ap
   saved at step 100 of 200 (a CS224R project, not the hackathon). The repository's
   `train_metrics.jsonl` files are its reward function's own per-step records (reward and
   environment counts, no training-health metric) and are not taken.
+- gauri0508/med-record, `training/trainer_state.json`: Qwen2.5-3B-Instruct (Unsloth, 4-bit
+  LoRA) auditing patient records for missed medical errors. Two runs: the 150-step run of
+  the submission (taken as TRL wrote it, with a NaN `grad_norm` at step 138; a later commit,
+  f04ea59, replaced that NaN by null by hand, and that edited version is not used) and an
+  earlier 100-step run over 9 cases, replaced at the same path when the author cut the task
+  to 3 cases (commit 895df82).
 
 A row is one logged entry carrying `reward` (the GRPO steps), keyed by its own
 `step`, numbers unchanged; the closing `train_runtime` summary TRL appends is not a step
@@ -72,6 +78,20 @@ RUNS = [  # (corpus id, repository, commit, path, earlier versions that must be 
         "aaravarora01/agent-memory-redteam",
         "f2ee8947f6bc2d4bc0af8047936495aa90aec4e3",
         "trainer_state.json",
+        [],
+    ),
+    (
+        "trl2_medrecord_grpo_150",
+        "gauri0508/med-record",
+        "68eac28e0aa1322d3ab1ccbbb8e9f0714ab74184",
+        "training/trainer_state.json",
+        [],
+    ),
+    (
+        "trl2_medrecord_grpo_100_9cases",
+        "gauri0508/med-record",
+        "895df82a86c3d0ba6a9cdd0870fd95a4b7220951",
+        "training/trainer_state.json",
         [],
     ),
 ]
