@@ -17,6 +17,8 @@ Sources (one run each, OpenEnv hackathon projects of March-April 2026):
 
 TRL prints one dict per logged step (`logging_steps` 1 in both runs); the dicts without
 `reward` (none here) would not be GRPO steps; the closing `train_runtime` dict is not a step.
+Every row is also checked to add up: `reward` equals the sum of its `rewards/*/mean` parts
+(within the rounding of the printed digits), which a token broken by the wrap would upset.
 Usage: python trl2_console.py <mirror root, holding owner+name/repo> <out dir>
 """
 
@@ -63,7 +65,13 @@ def rows_of(text: str, planned: int, check_bar: bool) -> list[dict]:
             if bar is None or (int(bar.group(1)), int(bar.group(2))) != (rank, planned):
                 raise ValueError(f"dict {rank}: next progress bar {bar and bar.group(0)}")
         if "reward" in values:
-            rows.append({"step": rank, **{k: float(v) for k, v in values.items()}})
+            row = {k: float(v) for k, v in values.items()}
+            parts = sum(
+                v for k, v in row.items() if k.startswith("rewards/") and k.endswith("/mean")
+            )
+            if abs(row["reward"] - parts) > 2e-3:  # the printed parts add up to the total
+                raise ValueError(f"dict {rank}: reward {row['reward']} != sum of parts {parts}")
+            rows.append({"step": rank, **row})
     return rows
 
 
