@@ -29,6 +29,10 @@ Sources (one GRPOTrainer run each, most of them OpenEnv hackathon projects of Ap
   f04ea59, replaced that NaN by null by hand, and that edited version is not used) and an
   earlier 100-step run over 9 cases, replaced at the same path when the author cut the task
   to 3 cases (commit 895df82).
+- rohanjain1648/META-HACKATHON, `forgerl_outputs/checkpoint-300/trainer_state.json`:
+  Qwen2.5-Coder-3B-Instruct (Unsloth, 4-bit QLoRA) orchestrating coding sub-agents (ForgeRL),
+  the checkpoint at the run's last step (300 of 300, `logging_steps` 10); checkpoints
+  50..250 of the folder hold prefixes of this history (checked below).
 
 A row is one logged entry carrying `reward` (the GRPO steps), keyed by its own
 `step`, numbers unchanged; the closing `train_runtime` summary TRL appends is not a step
@@ -93,6 +97,13 @@ RUNS = [  # (corpus id, repository, commit, path, earlier versions that must be 
         "895df82a86c3d0ba6a9cdd0870fd95a4b7220951",
         "training/trainer_state.json",
         [],
+    ),
+    (
+        "trl2_forgerl_grpo",
+        "rohanjain1648/META-HACKATHON",
+        "b380a69c3bf75ffcb9dbfd9d8f5d727b089e1130",
+        "forgerl_outputs/checkpoint-300/trainer_state.json",
+        [f"forgerl_outputs/checkpoint-{n}/trainer_state.json" for n in range(50, 300, 50)],
     ),
 ]
 
