@@ -1,0 +1,156 @@
+"""TRL `log_history` records committed to public repositories -> corpus rows.
+
+Sources (one GRPOTrainer run each, most of them OpenEnv hackathon projects of April 2026):
+- Deltasthicc/F1_Simulator_OpenENV, `grpo_v1/checkpoint-800/trainer_state.json`: Qwen3-4B
+  (Unsloth, LoRA) choosing race strategy in an F1 simulator; the checkpoint saved at the
+  run's last step (`global_step` = `max_steps` = 800). The repository's checkpoints 50..750
+  of the same folder hold prefixes of this history (checked below) and are not runs of their
+  own.
+- hs-zz27/incident-commander-openenv, `results/training_log.json`: Qwen2.5-0.5B-Instruct
+  (LoRA) resolving simulated production incidents; the training script's dump of
+  `trainer.state.log_history` with its `train_result` and `config`.
+- AmitChowdary122/cyber-openenv, `assets/training_log.json`: Qwen2.5-1.5B-Instruct (LoRA
+  r=16) investigating simulated security incidents, on a Hugging Face Jobs L40S;
+  `scripts/train_hf_job.py`'s dump of `trainer.state.log_history` (a bare list). The
+  repository's `runs/grpo/training_log.json` was written by `train_unsloth_grpo.py`'s no-GPU
+  fallback (no model trained) and is not taken.
+- nithishgouds/Meta-x-OpenEnv-x-Pytorch-Hackathon, `plots/train_metrics.jsonl`: the
+  `on_log` records of `train_grpo.py`'s TrainerCallback, one JSON object a line (the
+  GRPOTrainer's logs with their `step` and `epoch`), 100 steps of an SFT-initialised
+  Qwen2.5 LoRA acting in the repository's incident-response simulator.
+- aaravarora01/agent-memory-redteam, `trainer_state.json`: a Qwen2.5-3B-Instruct LoRA
+  attacker learning to poison a finance agent's memory (sparse judge reward), the state
+  saved at step 100 of 200 (a CS224R project, not the hackathon). The repository's
+  `train_metrics.jsonl` files are its reward function's own per-step records (reward and
+  environment counts, no training-health metric) and are not taken.
+- gauri0508/med-record, `training/trainer_state.json`: Qwen2.5-3B-Instruct (Unsloth, 4-bit
+  LoRA) auditing patient records for missed medical errors. Two runs: the 150-step run of
+  the submission (taken as TRL wrote it, with a NaN `grad_norm` at step 138; a later commit,
+  f04ea59, replaced that NaN by null by hand, and that edited version is not used) and an
+  earlier 100-step run over 9 cases, replaced at the same path when the author cut the task
+  to 3 cases (commit 895df82).
+- rohanjain1648/META-HACKATHON, `forgerl_outputs/checkpoint-300/trainer_state.json`:
+  Qwen2.5-Coder-3B-Instruct (Unsloth, 4-bit QLoRA) orchestrating coding sub-agents (ForgeRL),
+  the checkpoint at the run's last step (300 of 300, `logging_steps` 10); checkpoints
+  50..250 of the folder hold prefixes of this history (checked below).
+
+A row is one logged entry carrying `reward` (the GRPO steps), keyed by its own
+`step`, numbers unchanged; the closing `train_runtime` summary TRL appends is not a step
+and is dropped. Steps must increase strictly. Usage:
+python trl2_log_history.py <mirror root, holding owner+name/repo> <out dir>
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+RUNS = [  # (corpus id, repository, commit, path, earlier versions that must be prefixes)
+    (
+        "trl2_f1strat_grpo_v1",
+        "Deltasthicc/F1_Simulator_OpenENV",
+        "a123eb9d5b18f50ad01bc55729b817259fff8cbf",
+        "grpo_v1/checkpoint-800/trainer_state.json",
+        [f"grpo_v1/checkpoint-{n}/trainer_state.json" for n in range(50, 800, 50)],
+    ),
+    (
+        "trl2_incidentcmdr_grpo",
+        "hs-zz27/incident-commander-openenv",
+        "5239fbd7986408d3a06cb31e73721a33cece5e7e",
+        "results/training_log.json",
+        [],
+    ),
+    (
+        "trl2_cybersoc_grpo",
+        "AmitChowdary122/cyber-openenv",
+        "603755ed1518444ece190f3ac0e7246db050fb67",
+        "assets/training_log.json",
+        [],
+    ),
+    (
+        "trl2_opssim_grpo",
+        "nithishgouds/Meta-x-OpenEnv-x-Pytorch-Hackathon",
+        "f76fd361993a0b834454e956e3c5f6b1c9b1f199",
+        "plots/train_metrics.jsonl",
+        [],
+    ),
+    (
+        "trl2_memredteam_grpo",
+        "aaravarora01/agent-memory-redteam",
+        "f2ee8947f6bc2d4bc0af8047936495aa90aec4e3",
+        "trainer_state.json",
+        [],
+    ),
+    (
+        "trl2_medrecord_grpo_150",
+        "gauri0508/med-record",
+        "68eac28e0aa1322d3ab1ccbbb8e9f0714ab74184",
+        "training/trainer_state.json",
+        [],
+    ),
+    (
+        "trl2_medrecord_grpo_100_9cases",
+        "gauri0508/med-record",
+        "895df82a86c3d0ba6a9cdd0870fd95a4b7220951",
+        "training/trainer_state.json",
+        [],
+    ),
+    (
+        "trl2_forgerl_grpo",
+        "rohanjain1648/META-HACKATHON",
+        "b380a69c3bf75ffcb9dbfd9d8f5d727b089e1130",
+        "forgerl_outputs/checkpoint-300/trainer_state.json",
+        [f"forgerl_outputs/checkpoint-{n}/trainer_state.json" for n in range(50, 300, 50)],
+    ),
+]
+
+
+def _show(git_dir: Path, commit: str, path: str) -> str:
+    return subprocess.run(
+        ["git", "--git-dir", str(git_dir), "show", f"{commit}:{path}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+
+
+def history(text: str, path: str) -> list[dict]:
+    if path.endswith(".jsonl"):
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+    data = json.loads(text)
+    return data["log_history"] if isinstance(data, dict) else data
+
+
+def rows_of(entries: list[dict]) -> list[dict]:
+    rows = []
+    for entry in entries:
+        if "reward" not in entry:
+            if "train_runtime" not in entry:
+                raise ValueError(f"an entry with neither reward nor train_runtime: {entry}")
+            continue
+        numbers = {k: v for k, v in entry.items() if isinstance(v, int | float) and k != "step"}
+        rows.append({"step": int(entry["step"]), **numbers})
+    steps = [r["step"] for r in rows]
+    if any(b <= a for a, b in itertools.pairwise(steps)):
+        raise ValueError("steps do not increase")
+    return rows
+
+
+def main(mirrors: str, out: str) -> None:
+    for name, repo, commit, path, prefixes in RUNS:
+        git_dir = Path(mirrors, repo.replace("/", "+"), "repo")
+        entries = history(_show(git_dir, commit, path), path)
+        for earlier in prefixes:
+            part = history(_show(git_dir, commit, earlier), earlier)
+            if entries[: len(part)] != part:
+                raise ValueError(f"{earlier} is not a prefix of {path}")
+        rows = rows_of(entries)
+        Path(out, f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        print(f"{name}\t{repo}\t{path}\t{len(rows)} steps\t{commit}")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:3])
