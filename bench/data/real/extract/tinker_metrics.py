@@ -40,11 +40,7 @@ def rows_of(text: str) -> list[dict]:
             continue
         obj = json.loads(line)
         rows.append(
-            {
-                k: v
-                for k, v in obj.items()
-                if isinstance(v, int | float) and not isinstance(v, bool)
-            }
+            {k: v for k, v in obj.items() if isinstance(v, int | float) and not isinstance(v, bool)}
         )
     steps = [r["step"] for r in rows]
     if steps != sorted(set(steps)):

@@ -1,29 +1,15 @@
 """TRL GRPOTrainer console output committed to public repositories -> corpus rows.
 
-Sources (one run each, OpenEnv hackathon projects of March-April 2026):
-- RaghuHemadri/openenv_hack, `output1.txt`: a terminal capture of
-  `python -m watchdog_env.train_user --model Qwen/Qwen3-8B ... --train_steps 200` (LoRA
-  r=16), a monitor model flagging deceptive turns in a social-deduction game. The terminal
-  hard-wrapped every line at its width, so a printed dict spans several lines, cut anywhere
-  (inside names and numbers too): the line breaks inside a dict are removed before parsing,
-  which restores each token (a dict holds no other line break). No per-step progress bar
-  survives in the capture, so the step is the dict's rank, checked by the count: 200 dicts
-  for `--train_steps 200`, then the `train_runtime` summary.
-- Panacea-OpenEnv/Panacea-OpenEnv, `logs/grpo_run_1.log`: Colab output pasted under the
-  file's header (Qwen2.5-1.5B-Instruct, 4-bit LoRA, GRPO via TRL + Unsloth, 300 steps).
-  This TRL version prints every value as a string with 4 significant digits ('1.72e-08'):
-  the row holds that printed number. The step is the dict's rank, checked two ways: 300
-  dicts, and the first progress-bar count after each dict (`N/300 [`) equals its rank.
-- Gouravbirwaz/meta-hackathon-final-idea, `agent_traing_log.log`: the 60 dicts of a GRPO
-  run (KisanAgent, an agent advising a tomato farmer; `training/train_grpo_unsloth.py`),
-  one a line, no progress bar and no summary. The step is the dict's rank, checked by the
-  learning rate: every logged rate equals TRL's linear schedule with 6 warm-up steps to
-  1e-5 and decay to 0 at step 60.
-
-TRL prints one dict per logged step (`logging_steps` 1 in all three runs); the dicts without
-`reward` (none here) would not be GRPO steps; the closing `train_runtime` dict is not a step.
-Every row is also checked to add up: `reward` equals the sum of its `rewards/*/mean` parts
-(within the rounding of the printed digits), which a token broken by the wrap would upset.
+Sources (one run each; SOURCES.md has each file, commit and run): RaghuHemadri/
+openenv_hack `output1.txt`, Panacea-OpenEnv/Panacea-OpenEnv `logs/grpo_run_1.log`,
+Gouravbirwaz/meta-hackathon-final-idea `agent_traing_log.log`. TRL prints one dict per
+logged step (`logging_steps` 1 here); the closing `train_runtime` dict is not a step. A
+terminal that hard-wrapped its lines splits a dict anywhere, so line breaks inside a dict
+are removed before parsing. With no step in the dict, the step is its rank, checked by the
+dict count against the run's steps, by the progress-bar count printed after it where one
+survives, or by TRL's linear learning-rate schedule. Every row must add up: `reward`
+equals the sum of its `rewards/*/mean` parts within the printed digits (a token broken by
+the wrap would upset it).
 Usage: python trl2_console.py <mirror root, holding owner+name/repo> <out dir>
 """
 

@@ -1,43 +1,14 @@
 """TRL `log_history` records committed to public repositories -> corpus rows.
 
-Sources (one GRPOTrainer run each, most of them OpenEnv hackathon projects of April 2026):
-- Deltasthicc/F1_Simulator_OpenENV, `grpo_v1/checkpoint-800/trainer_state.json`: Qwen3-4B
-  (Unsloth, LoRA) choosing race strategy in an F1 simulator; the checkpoint saved at the
-  run's last step (`global_step` = `max_steps` = 800). The repository's checkpoints 50..750
-  of the same folder hold prefixes of this history (checked below) and are not runs of their
-  own.
-- hs-zz27/incident-commander-openenv, `results/training_log.json`: Qwen2.5-0.5B-Instruct
-  (LoRA) resolving simulated production incidents; the training script's dump of
-  `trainer.state.log_history` with its `train_result` and `config`.
-- AmitChowdary122/cyber-openenv, `assets/training_log.json`: Qwen2.5-1.5B-Instruct (LoRA
-  r=16) investigating simulated security incidents, on a Hugging Face Jobs L40S;
-  `scripts/train_hf_job.py`'s dump of `trainer.state.log_history` (a bare list). The
-  repository's `runs/grpo/training_log.json` was written by `train_unsloth_grpo.py`'s no-GPU
-  fallback (no model trained) and is not taken.
-- nithishgouds/Meta-x-OpenEnv-x-Pytorch-Hackathon, `plots/train_metrics.jsonl`: the
-  `on_log` records of `train_grpo.py`'s TrainerCallback, one JSON object a line (the
-  GRPOTrainer's logs with their `step` and `epoch`), 100 steps of an SFT-initialised
-  Qwen2.5 LoRA acting in the repository's incident-response simulator.
-- aaravarora01/agent-memory-redteam, `trainer_state.json`: a Qwen2.5-3B-Instruct LoRA
-  attacker learning to poison a finance agent's memory (sparse judge reward), the state
-  saved at step 100 of 200 (a CS224R project, not the hackathon). The repository's
-  `train_metrics.jsonl` files are its reward function's own per-step records (reward and
-  environment counts, no training-health metric) and are not taken.
-- gauri0508/med-record, `training/trainer_state.json`: Qwen2.5-3B-Instruct (Unsloth, 4-bit
-  LoRA) auditing patient records for missed medical errors. Two runs: the 150-step run of
-  the submission (taken as TRL wrote it, with a NaN `grad_norm` at step 138; a later commit,
-  f04ea59, replaced that NaN by null by hand, and that edited version is not used) and an
-  earlier 100-step run over 9 cases, replaced at the same path when the author cut the task
-  to 3 cases (commit 895df82).
-- rohanjain1648/META-HACKATHON, `forgerl_outputs/checkpoint-300/trainer_state.json`:
-  Qwen2.5-Coder-3B-Instruct (Unsloth, 4-bit QLoRA) orchestrating coding sub-agents (ForgeRL),
-  the checkpoint at the run's last step (300 of 300, `logging_steps` 10); checkpoints
-  50..250 of the folder hold prefixes of this history (checked below).
-
-A row is one logged entry carrying `reward` (the GRPO steps), keyed by its own
-`step`, numbers unchanged; the closing `train_runtime` summary TRL appends is not a step
-and is dropped. Steps must increase strictly. Usage:
-python trl2_log_history.py <mirror root, holding owner+name/repo> <out dir>
+Sources (one GRPOTrainer run each, two for gauri0508/med-record; SOURCES.md has each file,
+commit and run): `trainer_state.json` of a checkpoint at the run's last step (earlier
+checkpoints of the same folder hold prefixes of its history, checked, and are not runs),
+the training scripts' own dumps of `trainer.state.log_history`, and the `on_log` records a
+TrainerCallback wrote one JSON object a line. A row is one logged entry carrying `reward`
+(the GRPO steps), keyed by its own `step`, numbers unchanged (a NaN TRL wrote stays NaN);
+the closing `train_runtime` summary TRL appends is not a step and is dropped. Steps must
+increase strictly.
+Usage: python trl2_log_history.py <mirror root, holding owner+name/repo> <out dir>
 """
 
 from __future__ import annotations

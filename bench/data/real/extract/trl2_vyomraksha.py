@@ -1,21 +1,14 @@
 """Xx-D3V-xX/Meta-Hack-VyomRaksha: TRL GRPOTrainer console logs of AWS jobs -> corpus rows.
 
-The repository's `logs/aws/*.log` are the nohup output of its training jobs (VyomRaksha,
-an OpenEnv hackathon project of April 2026: Qwen2.5-7B/14B QLoRA agents of a spacecraft
-crew, trained with TRL's GRPOTrainer, `logging_steps` 1). A job log holds several GRPO
-runs, one per agent, each opened by the script's own line (`Starting GRPO training:
-agent=<a> steps=<n>`, `SarvaDrishti GRPO training: steps=<n>`, `Phase 3 calibration:
-agent=<a> scope=<s> steps=<n>`). The rows are the dicts TRL printed that carry `reward`
-(the SFT warm-up dicts and the `train_runtime` summaries carry none), parsed as Python
-literals, values unchanged. The console flushed its dicts late (in the phase-3 log a run's
-last dicts come after the next run's opening line), so the dict stream is cut into runs
-where the learning rate jumps back up, and the k-th cut is the k-th opened run (the counts
-must agree). The step is the dict's rank in its run, checked by the learning rate: every
-logged rate equals the linear decay from the run's first rate to 0 over its `steps` (TRL's
-default schedule), and a run prints exactly `steps` dicts, except the log's last run,
-which may stop short: `phase2_retrain` stopped after 55 of its 150 steps (its log ends
-there) and is taken as logged. Log files with fewer than 20 step dicts (the jobs' aborted
-starts) hold no run.
+The repository's `logs/aws/*.log` are the nohup output of its training jobs: several GRPO
+runs per log, one per agent, each opened by the script's own line (`Starting GRPO
+training: agent=<a> steps=<n>` and its variants). The rows are the dicts TRL printed that
+carry `reward`, parsed as Python literals, values unchanged. The console flushed its dicts
+late, so the dict stream is cut into runs where the learning rate jumps back up, and the
+k-th cut is the k-th opened run (the counts must agree). The step is the dict's rank in
+its run, checked by the learning rate (TRL's linear decay to 0 over the run's `steps`);
+a run prints exactly `steps` dicts, except a log's last run, which may stop short and is
+taken as logged. Log files with fewer than 20 step dicts (aborted starts) hold no run.
 Usage: python trl2_vyomraksha.py <mirror git dir> <out dir>
 """
 
