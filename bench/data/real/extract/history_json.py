@@ -13,9 +13,10 @@ Usage: python history_json.py <owner/name> <mirror git dir> <out dir>
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
+
+from _mirror import git, numeric
 
 SOURCES = {  # repository -> (commit, [(path, run id)])
     "upul/grpo-from-scratch": (
@@ -25,17 +26,8 @@ SOURCES = {  # repository -> (commit, [(path, run id)])
 }
 
 
-def _git(git_dir: str, *args: str) -> str:
-    return subprocess.run(
-        ["git", "--git-dir", git_dir, *args], capture_output=True, text=True, check=True
-    ).stdout
-
-
 def rows_of(text: str) -> list[dict]:
-    rows = [
-        {k: v for k, v in obj.items() if isinstance(v, int | float) and not isinstance(v, bool)}
-        for obj in json.loads(text)
-    ]
+    rows = [numeric(obj) for obj in json.loads(text)]
     steps = [r["step"] for r in rows]
     if steps != sorted(set(steps)):
         raise ValueError("steps not strictly increasing")
@@ -47,7 +39,7 @@ def main(repo: str, git_dir: str, out: str) -> None:
         raise SystemExit(f"{repo}: not one of {sorted(SOURCES)}")
     commit, runs = SOURCES[repo]
     for path, run_id in runs:
-        rows = rows_of(_git(git_dir, "show", f"{commit}:{path}"))
+        rows = rows_of(git(git_dir, "show", f"{commit}:{path}"))
         Path(out, f"{run_id}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         print(f"{run_id}\t{repo}\t{path}\t{len(rows)} steps\t{commit}")
 

@@ -15,9 +15,10 @@ Usage: python roll_metrics.py <owner/name> <mirror git dir> <out dir>
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
+
+from _mirror import git, numeric
 
 SOURCES = {  # repository -> (commit, [(path, run id, earlier commits)])
     "beingamanforever/RDAN-GRPO": (
@@ -33,21 +34,13 @@ SOURCES = {  # repository -> (commit, [(path, run id, earlier commits)])
 }
 
 
-def _git(git_dir: str, *args: str) -> str:
-    return subprocess.run(
-        ["git", "--git-dir", git_dir, *args], capture_output=True, text=True, check=True
-    ).stdout
-
-
 def rows_of(text: str) -> list[dict]:
     rows = []
     for line in text.splitlines():
         if not line.strip():
             continue
         obj = json.loads(line)
-        row = {
-            k: v for k, v in obj.items() if isinstance(v, int | float) and not isinstance(v, bool)
-        }
+        row = numeric(obj)
         rows.append({"step": int(row["system/step"]), **row})
     if [r["step"] for r in rows] != list(range(1, len(rows) + 1)):
         raise ValueError("system/step does not count 1, 2, 3, ...")
@@ -59,9 +52,9 @@ def main(repo: str, git_dir: str, out: str) -> None:
         raise SystemExit(f"{repo}: not one of {sorted(SOURCES)}")
     commit, runs = SOURCES[repo]
     for path, run_id, earlier in runs:
-        text = _git(git_dir, "show", f"{commit}:{path}")
+        text = git(git_dir, "show", f"{commit}:{path}")
         for old in earlier:
-            lines = _git(git_dir, "show", f"{old}:{path}").splitlines()
+            lines = git(git_dir, "show", f"{old}:{path}").splitlines()
             if text.splitlines()[: len(lines)] != lines:
                 raise ValueError(f"{path} at {old} is not a prefix of the version taken")
         rows = rows_of(text)

@@ -15,9 +15,10 @@ Usage: python tinker_metrics.py <owner/name> <mirror git dir> <out dir>
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
+
+from _mirror import git, numeric
 
 SOURCES = {  # repository -> (commit, [(path, run id)])
     "arvindcr4/tinker-rl-lab": (
@@ -27,21 +28,13 @@ SOURCES = {  # repository -> (commit, [(path, run id)])
 }
 
 
-def _git(git_dir: str, *args: str) -> str:
-    return subprocess.run(
-        ["git", "--git-dir", git_dir, *args], capture_output=True, text=True, check=True
-    ).stdout
-
-
 def rows_of(text: str) -> list[dict]:
     rows = []
     for line in text.splitlines():
         if not line.strip():
             continue
         obj = json.loads(line)
-        rows.append(
-            {k: v for k, v in obj.items() if isinstance(v, int | float) and not isinstance(v, bool)}
-        )
+        rows.append(numeric(obj))
     steps = [r["step"] for r in rows]
     if steps != sorted(set(steps)):
         raise ValueError("steps not strictly increasing")
@@ -53,7 +46,7 @@ def main(repo: str, git_dir: str, out: str) -> None:
         raise SystemExit(f"{repo}: not one of {sorted(SOURCES)}")
     commit, runs = SOURCES[repo]
     for path, run_id in runs:
-        rows = rows_of(_git(git_dir, "show", f"{commit}:{path}"))
+        rows = rows_of(git(git_dir, "show", f"{commit}:{path}"))
         Path(out, f"{run_id}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         print(f"{run_id}\t{repo}\t{path}\t{len(rows)} steps\t{commit}")
 

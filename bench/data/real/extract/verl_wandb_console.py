@@ -18,9 +18,10 @@ import itertools
 import json
 import math
 import re
-import subprocess
 import sys
 from pathlib import Path
+
+from _mirror import git
 
 REPO = "jianghoucheng/Agent_On_Policy_Distillation"
 COMMIT = "5ce4586b3da5e20c82e0fa2c80f3db11f28fb7d9"
@@ -29,12 +30,6 @@ CUT = 4096
 OUTCOME = "critic/score/mean"
 LINE = re.compile(r"^step:(\d+) - (.*)$", re.M)
 NUMPY = re.compile(r"^np\.\w+\((.*)\)$")
-
-
-def _git(git_dir: str, *args: str) -> str:
-    return subprocess.run(
-        ["git", "--git-dir", git_dir, *args], capture_output=True, text=True, check=True
-    ).stdout
 
 
 def number(text: str) -> float | None:
@@ -71,15 +66,15 @@ def check_steps(rows: list[dict]) -> None:
 
 
 def main(git_dir: str, out: str) -> None:
-    folders = _git(git_dir, "ls-tree", "--name-only", COMMIT, "wandb/").split()
+    folders = git(git_dir, "ls-tree", "--name-only", COMMIT, "wandb/").split()
     runs = {}
     for folder in folders:
         path = f"{folder}/files/output.log"
-        if not folder.startswith("wandb/run-") or path not in _git(
+        if not folder.startswith("wandb/run-") or path not in git(
             git_dir, "ls-tree", "-r", "--name-only", COMMIT, folder
         ):
             continue
-        rows = rows_of(_git(git_dir, "show", f"{COMMIT}:{path}"))
+        rows = rows_of(git(git_dir, "show", f"{COMMIT}:{path}"))
         if sum(OUTCOME in r and math.isfinite(r[OUTCOME]) for r in rows) >= 20:
             check_steps(rows)
             runs[path] = rows
