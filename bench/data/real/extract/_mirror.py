@@ -1,15 +1,17 @@
-"""What every extraction script reads a fetched repository with: `git` on its bare mirror,
-and a logged record's numbers (strings, booleans and nulls are not metrics)."""
+"""What the extraction scripts share: `git` on a fetched repository's bare mirror, a logged
+record's numbers (strings, booleans and nulls are not metrics), and the corpus file."""
 
 from __future__ import annotations
 
+import json
 import subprocess
+from pathlib import Path
 
 
-def git(git_dir: str, *args: str) -> str:
+def git(git_dir: str | Path, *args: str) -> str:
     """`git --git-dir <git_dir> <args>`'s output (a mirror has no work tree)."""
     return subprocess.run(
-        ["git", "--git-dir", git_dir, *args], capture_output=True, text=True, check=True
+        ["git", "--git-dir", str(git_dir), *args], capture_output=True, text=True, check=True
     ).stdout
 
 
@@ -18,3 +20,8 @@ def numeric(record: dict) -> dict:
     return {
         k: v for k, v in record.items() if isinstance(v, int | float) and not isinstance(v, bool)
     }
+
+
+def write_rows(out_dir: str, run_id: str, rows: list[dict]) -> None:
+    """`<out_dir>/<run_id>.jsonl`: one JSON object per logged step, as the corpus reads it."""
+    Path(out_dir, f"{run_id}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
-from _mirror import git, numeric
+from _mirror import git, numeric, write_rows
 
 SOURCES = {  # repository -> (commit, [(path, run id)])
     "upul/grpo-from-scratch": (
@@ -40,7 +39,7 @@ def main(repo: str, git_dir: str, out: str) -> None:
     commit, runs = SOURCES[repo]
     for path, run_id in runs:
         rows = rows_of(git(git_dir, "show", f"{commit}:{path}"))
-        Path(out, f"{run_id}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        write_rows(out, run_id, rows)
         print(f"{run_id}\t{repo}\t{path}\t{len(rows)} steps\t{commit}")
 
 

@@ -15,11 +15,10 @@ Usage: python minimind_log.py <owner/name> <mirror git dir> <out dir>
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
 import sys
-from pathlib import Path
+
+from _mirror import git, write_rows
 
 HEAD = "dc34a2d689504c2436f87e1b0b2029a5d2b6489e"
 FIRST = "a1fbaada49352486510b44720ee9d44b6b4d17bf"
@@ -48,14 +47,9 @@ def main(repo: str, git_dir: str, out: str) -> None:
     if repo not in SOURCES:
         raise SystemExit(f"{repo}: not one of {sorted(SOURCES)}")
     for commit, path, run_id in SOURCES[repo]:
-        text = subprocess.run(
-            ["git", "--git-dir", git_dir, "show", f"{commit}:{path}"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
+        text = git(git_dir, "show", f"{commit}:{path}")
         rows = rows_of(text)
-        Path(out, f"{run_id}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        write_rows(out, run_id, rows)
         print(f"{run_id}\t{repo}\t{path}\t{len(rows)} steps\t{commit}")
 
 

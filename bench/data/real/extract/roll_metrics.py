@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
-from _mirror import git, numeric
+from _mirror import git, numeric, write_rows
 
 SOURCES = {  # repository -> (commit, [(path, run id, earlier commits)])
     "beingamanforever/RDAN-GRPO": (
@@ -58,7 +57,7 @@ def main(repo: str, git_dir: str, out: str) -> None:
             if text.splitlines()[: len(lines)] != lines:
                 raise ValueError(f"{path} at {old} is not a prefix of the version taken")
         rows = rows_of(text)
-        Path(out, f"{run_id}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        write_rows(out, run_id, rows)
         print(f"{run_id}\t{repo}\t{path}\t{len(rows)} steps\t{commit}")
 
 

@@ -16,9 +16,9 @@ Usage: python trl2_cadforge.py <mirror git dir> <out dir>
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-from pathlib import Path
+
+from _mirror import git, write_rows
 
 COMMIT = "201f78a1d4355f9eb9b74a8b6e4fb23e083e134e"
 RUNS = {  # corpus id -> report folder
@@ -31,12 +31,7 @@ RUNS = {  # corpus id -> report folder
 
 
 def _show(git_dir: str, path: str) -> str:
-    return subprocess.run(
-        ["git", "--git-dir", git_dir, "show", f"{COMMIT}:{path}"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    return git(git_dir, "show", f"{COMMIT}:{path}")
 
 
 def rows_of(dicts: list[dict], scalars: dict[str, list[dict]]) -> list[dict]:
@@ -59,7 +54,7 @@ def main(git_dir: str, out: str) -> None:
         dicts = json.loads(_show(git_dir, f"{base}/metrics.json"))
         scalars = json.loads(_show(git_dir, f"{base}/tensorboard_scalars.json"))
         rows = rows_of(dicts, scalars)
-        Path(out, f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        write_rows(out, name, rows)
         print(f"{name}\t{base}/metrics.json\t{len(rows)} steps\t{COMMIT}")
 
 

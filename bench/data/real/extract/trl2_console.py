@@ -16,11 +16,11 @@ Usage: python trl2_console.py <mirror root, holding owner+name/repo> <out dir>
 from __future__ import annotations
 
 import ast
-import json
 import re
-import subprocess
 import sys
 from pathlib import Path
+
+from _mirror import git, write_rows
 
 RUNS = [  # (corpus id, repository, commit, path, planned steps, step check)
     (
@@ -87,14 +87,9 @@ def rows_of(text: str, planned: int, check: str | tuple[str, float, int]) -> lis
 def main(mirrors: str, out: str) -> None:
     for name, repo, commit, path, planned, check in RUNS:
         git_dir = Path(mirrors, repo.replace("/", "+"), "repo")
-        text = subprocess.run(
-            ["git", "--git-dir", str(git_dir), "show", f"{commit}:{path}"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
+        text = git(str(git_dir), "show", f"{commit}:{path}")
         rows = rows_of(text, planned, check)
-        Path(out, f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        write_rows(out, name, rows)
         print(f"{name}\t{repo}\t{path}\t{len(rows)} steps\t{commit}")
 
 

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import itertools
 import json
-import subprocess
 import sys
 from pathlib import Path
+
+from _mirror import git, write_rows
 
 RUNS = [  # (corpus id, repository, commit, path, earlier versions that must be prefixes)
     (
@@ -80,12 +81,7 @@ RUNS = [  # (corpus id, repository, commit, path, earlier versions that must be 
 
 
 def _show(git_dir: Path, commit: str, path: str) -> str:
-    return subprocess.run(
-        ["git", "--git-dir", str(git_dir), "show", f"{commit}:{path}"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    return git(str(git_dir), "show", f"{commit}:{path}")
 
 
 def history(text: str, path: str) -> list[dict]:
@@ -119,7 +115,7 @@ def main(mirrors: str, out: str) -> None:
             if entries[: len(part)] != part:
                 raise ValueError(f"{earlier} is not a prefix of {path}")
         rows = rows_of(entries)
-        Path(out, f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        write_rows(out, name, rows)
         print(f"{name}\t{repo}\t{path}\t{len(rows)} steps\t{commit}")
 
 

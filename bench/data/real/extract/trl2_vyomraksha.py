@@ -15,11 +15,10 @@ Usage: python trl2_vyomraksha.py <mirror git dir> <out dir>
 from __future__ import annotations
 
 import ast
-import json
 import re
-import subprocess
 import sys
-from pathlib import Path
+
+from _mirror import git, write_rows
 
 COMMIT = "922e528fbfde541c49908a25c3ad69ab72491460"
 LOGS = {  # log file -> run tag
@@ -75,17 +74,12 @@ def rows_of(steps: int, dicts: list[dict], last: bool) -> list[dict]:
 def main(git_dir: str, out: str) -> None:
     for log, tag in LOGS.items():
         path = f"logs/aws/{log}.log"
-        text = subprocess.run(
-            ["git", "--git-dir", git_dir, "show", f"{COMMIT}:{path}"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
+        text = git(git_dir, "show", f"{COMMIT}:{path}")
         runs = runs_of(text)
         for i, (agent, steps, dicts) in enumerate(runs):
             name = f"trl2_vyom_{tag}" + ("" if tag.startswith("p2") else f"_{agent}")
             rows = rows_of(steps, dicts, last=i == len(runs) - 1)
-            Path(out, f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+            write_rows(out, name, rows)
             print(f"{name}\t{path}\t{len(rows)}/{steps} steps\t{COMMIT}")
 
 

@@ -17,11 +17,11 @@ Usage: python trl_console.py <mirror root, holding owner+name/repo> <out dir>
 from __future__ import annotations
 
 import ast
-import json
 import re
-import subprocess
 import sys
 from pathlib import Path
+
+from _mirror import git, write_rows
 
 RUNS = [  # (corpus id, repository, commit, path)
     (
@@ -62,14 +62,9 @@ def rows_of(text: str) -> list[dict]:
 def main(mirrors: str, out: str) -> None:
     for name, repo, commit, path in RUNS:
         git_dir = Path(mirrors, repo.replace("/", "+"), "repo")
-        text = subprocess.run(
-            ["git", "-C", str(git_dir), "show", f"{commit}:{path}"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
+        text = git(str(git_dir), "show", f"{commit}:{path}")
         rows = rows_of(text)
-        Path(out, f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        write_rows(out, name, rows)
         print(f"{name}\t{repo}\t{path}\t{len(rows)} steps\t{commit}")
 
 

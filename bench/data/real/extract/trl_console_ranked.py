@@ -18,11 +18,10 @@ Usage: python trl_console_ranked.py <owner/name> <mirror git dir> <out dir>
 from __future__ import annotations
 
 import ast
-import json
 import re
-import subprocess
 import sys
-from pathlib import Path
+
+from _mirror import git, write_rows
 
 RUNS = {  # repository -> (commit, path, run id, logging_steps, max_steps, peak lr, warmup)
     "wallacexuhanxiao/FinQA-tool-calling-GRPO-GSPO": (
@@ -62,14 +61,9 @@ def main(repo: str, git_dir: str, out: str) -> None:
     if repo not in RUNS:
         raise SystemExit(f"{repo}: not one of {sorted(RUNS)}")
     commit, path, run_id, every, max_steps, lr, warmup = RUNS[repo]
-    text = subprocess.run(
-        ["git", "--git-dir", git_dir, "show", f"{commit}:{path}"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    text = git(git_dir, "show", f"{commit}:{path}")
     rows = rows_of(text, every, max_steps, lr, warmup)
-    Path(out, f"{run_id}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_rows(out, run_id, rows)
     print(f"{run_id}\t{repo}\t{path}\t{len(rows)} steps\t{commit}")
 
 
