@@ -1,0 +1,57 @@
+"""Per-step records a training loop writes itself -> corpus rows: a JSON list of one dict per
+logged step (`.json`), or one JSON object a line (`.jsonl`).
+
+A corpus row is one record with its numeric values unchanged (strings, booleans and nulls
+dropped); the record must carry its step under `step`, strictly increasing. Sources, each
+read at the commit named here from a fetched mirror (SOURCES.md has each run):
+- upul/grpo-from-scratch, `results/history.json`: the tutorial's GRPO loop
+  (`code/grpo_gsm8k.py`: `log_metrics()` appends one record every `log_every` steps,
+  `save_ckpt()` dumps the list).
+- arvindcr4/tinker-rl-lab, `experiments/results/arithmetic_metrics.jsonl`: tinker-cookbook's
+  RL loop (`tinker_cookbook/rl/train.py`, written by `utils/ml_log.py`), math_rl recipe.
+Usage: python step_records.py <owner/name> <mirror git dir> <out dir>
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from _mirror import git, numeric, write_rows
+
+SOURCES = {  # repository -> (commit, [(path, run id)])
+    "upul/grpo-from-scratch": (
+        "8f5bf898892fbf9f4caf2c080ac1ef3a9ba340eb",
+        [("results/history.json", "p4_upulgrpo_qwen15b_gsm8k")],
+    ),
+    "arvindcr4/tinker-rl-lab": (
+        "21a99ef766543a1ca86bfbad188445d3596ea73c",
+        [("experiments/results/arithmetic_metrics.jsonl", "p4_tinkerlab_arithmetic")],
+    ),
+}
+
+
+def rows_of(text: str, path: str) -> list[dict]:
+    if path.endswith(".jsonl"):
+        records = [json.loads(line) for line in text.splitlines() if line.strip()]
+    else:
+        records = json.loads(text)
+    rows = [numeric(obj) for obj in records]
+    steps = [r["step"] for r in rows]
+    if steps != sorted(set(steps)):
+        raise ValueError("steps not strictly increasing")
+    return rows
+
+
+def main(repo: str, git_dir: str, out: str) -> None:
+    if repo not in SOURCES:
+        raise SystemExit(f"{repo}: not one of {sorted(SOURCES)}")
+    commit, runs = SOURCES[repo]
+    for path, run_id in runs:
+        rows = rows_of(git(git_dir, "show", f"{commit}:{path}"), path)
+        write_rows(out, run_id, rows)
+        print(f"{run_id}\t{repo}\t{path}\t{len(rows)} steps\t{commit}")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])
