@@ -13,6 +13,12 @@ Sources, at the commit named here:
 - alee51/CS224R_Final_Project, `main-verl/writeup/results/GRPO_history.csv`: the GRPO
   arm (W&B run `rof8t8kf`) of the repository's verl runs comparing GRPO with its
   Minority-CoT and Poly-EPO-CoT arms (`main-verl/writeup/results/training_dynamics.md`).
+- same repository and commit, `main-verl/writeup/results/Minority_CoT_history.csv`: the
+  Minority-CoT arm (W&B run `yfpxs7wo`; set-level advantage reweighting toward rare
+  answer clusters, logging `train/distinct_clusters_mean`, `train/judge_parse_ok_rate`,
+  `train/degenerate_rollouts` beside the verl metrics). The run was resumed several
+  times (`train/prompts_unlocked` restarts at steps 254, 261, 271 and 385); `_step`
+  still rises 1..400.
 Usage: python wandb_history_csv.py <joined CSV file> <repo path> <out dir>
 """
 
@@ -31,6 +37,12 @@ SOURCES = {  # path in the repository -> (repository, commit, total characters, 
         "784888c23b5557cccd3a4372dc3ed2f6bf031aac",
         453502,
         "c5_cs224r_verl_grpo",
+    ),
+    "main-verl/writeup/results/Minority_CoT_history.csv": (
+        "alee51/CS224R_Final_Project",
+        "784888c23b5557cccd3a4372dc3ed2f6bf031aac",
+        469277,
+        "c5_cs224r_verl_minority_cot",
     ),
 }
 DROP = ("_step",)
