@@ -6,7 +6,8 @@ checkpoints of the same folder hold prefixes of its history, checked, and are no
 the training scripts' own dumps of `trainer.state.log_history`, and the `on_log` records a
 TrainerCallback wrote one JSON object a line. A row is one logged entry carrying `reward`
 (the GRPO steps), keyed by its own `step`, numbers unchanged (a NaN TRL wrote stays NaN);
-the closing `train_runtime` summary TRL appends is not a step and is dropped. Steps must
+the closing `train_runtime` summary TRL appends and the evaluation entries (only `eval_*`
+keys besides `epoch` and `step`) are not training steps and are dropped. Steps must
 increase strictly.
 Usage: python trl2_log_history.py <mirror root, holding owner+name/repo> <out dir>
 """
@@ -20,6 +21,18 @@ from pathlib import Path
 
 from _mirror import git, write_rows
 
+_STAGE2 = "expert_guy/post_training_project/threestage/stage2_output"
+_RUNS8B = "enhanced_grpo_8B_runs/v3-LR6e-6-"
+_MP = "model_parallel_only_outputs/"
+_GRPO_CLEAN_2 = [  # (tag, run folder, last checkpoint, earlier checkpoints); the three
+    # folders whose history has fewer than 20 logged steps are not runs for the corpus
+    ("v3_r16_0612", f"{_RUNS8B}R16-20250612-175657", 600, range(560, 600, 10)),
+    ("v3_r16_0615", f"{_RUNS8B}R16-20250615-021543", 310, range(270, 310, 10)),
+    ("mp_r64_0616", f"{_MP}pure-model-parallel-LR2e-5-R64-20250616-081316", 280, (240, 260)),
+    ("debug_r64_0616a", f"{_MP}DEBUG-model-parallel-LR2e-5-R64-BS2x8-20250616-220508", 40, (20,)),
+    ("debug_r64_0616b", f"{_MP}DEBUG-model-parallel-LR2e-5-R64-BS2x8-20250616-230237", 20, ()),
+    ("debug_r32_0617", f"{_MP}DEBUG-model-parallel-LR2e-5-R32-BS2x8-20250617-112133", 40, (20,)),
+]
 RUNS = [  # (corpus id, repository, commit, path, earlier versions that must be prefixes)
     (
         "trl2_f1strat_grpo_v1",
@@ -77,6 +90,30 @@ RUNS = [  # (corpus id, repository, commit, path, earlier versions that must be 
         "forgerl_outputs/checkpoint-300/trainer_state.json",
         [f"forgerl_outputs/checkpoint-{n}/trainer_state.json" for n in range(50, 300, 50)],
     ),
+    (
+        "c6_caswordle_lara_4090_grpo",
+        "alexchilton/CAS_NLP_MODULE4_GRPO",
+        "0a4da0d62f59f1b776904c9174fdd67ebd2bce79",
+        "lara/output_4090/wordle-grpo/checkpoint-400/trainer_state.json",
+        ["lara/output_4090/wordle-grpo/checkpoint-300/trainer_state.json"],
+    ),
+    (
+        "c6_caswordle_stage2_grpo",
+        "alexchilton/CAS_NLP_MODULE4_GRPO",
+        "0a4da0d62f59f1b776904c9174fdd67ebd2bce79",
+        f"{_STAGE2}/checkpoint-160/trainer_state.json",
+        [f"{_STAGE2}/checkpoint-{n}/trainer_state.json" for n in range(80, 160, 20)],
+    ),
+    *(
+        (
+            f"c6_grpoclean2_{tag}",
+            "qhy991/GRPO-Clean-2",
+            "7d5088036378013a39ca54b6408cd7267f358d7c",
+            f"{folder}/checkpoint-{last}/trainer_state.json",
+            [f"{folder}/checkpoint-{n}/trainer_state.json" for n in earlier],
+        )
+        for tag, folder, last, earlier in _GRPO_CLEAN_2
+    ),
 ]
 
 
@@ -95,6 +132,8 @@ def rows_of(entries: list[dict]) -> list[dict]:
     rows = []
     for entry in entries:
         if "reward" not in entry:
+            if all(k.startswith("eval_") for k in entry.keys() - {"epoch", "step"}):
+                continue
             if "train_runtime" not in entry:
                 raise ValueError(f"an entry with neither reward nor train_runtime: {entry}")
             continue
