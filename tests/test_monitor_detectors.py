@@ -400,7 +400,7 @@ def test_drop_warm_up_hides_a_peak_in_its_last_step():
     s = [{"reward/mean": v} for v in [0.0, 0.0, 0.9] + [0.3] * 20]
     assert fired(run(s, cfg, only="reward_collapse")) == []  # peak 0.9 was in the warm-up
     s = [{"reward/mean": v} for v in [0.0, 0.0, 0.0, 0.9] + [0.3] * 20]
-    # 0.67 ≥ 0.5 lost from step 4, judged once the noise is known (10 changes) and the 0.6
+    # 0.67 ≥ 0.5 lost from step 4, judged once the noise is known (NOISE_POINTS) and the 0.6
     # fall exceeds noise_k·σ_e (|Δ| sums to 1.5 over k changes: σ_e shrinks as k grows)
     ((step, severity),) = fired(run(s, cfg, only="reward_collapse"))
     assert severity == "critical" and 11 <= step <= 20

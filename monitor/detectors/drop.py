@@ -39,7 +39,6 @@ class DropDetector:
         self._prev_step: int | None = None
         self._start: list[float] = []  # the first `min_warmup` raw values
         self._from_start = 0.0  # the share of the starting level's gain lost
-        self._by_start: float | None = None  # the starting level, when it sets the drop
         self._ewma: float | None = None  # None until the first point
         self._peak = -math.inf
         self._peak_step = 0
@@ -87,12 +86,12 @@ class DropDetector:
             self._level_step = step
         # the guard decides whether a fall is one; an open alert clears on the fall itself
         drop = self._lost(self._peak, self._low, self.noise())
-        self._by_start = None
+        by_start = None  # the starting level, when it sets the drop
         if r.unit == "step" and self._start:  # where the run began is a reference too
             start = sorted(self._start)[len(self._start) // 2]
             self._from_start = self._lost(start, r.zero, self.noise(True))
             if self._from_start > drop:
-                drop, self._by_start = self._from_start, start
+                drop, by_start = self._from_start, start
         if self._peak - self._low < r.min_peak_gain and not self._from_start:
             return []
         self.drop = drop
@@ -102,7 +101,8 @@ class DropDetector:
         elif r.warn_drop is not None and drop >= r.warn_drop:
             severity = "warning"
         if severity is not None:
-            return [self._draft(x, drop, severity)] if self._gate.fire(step, severity) else []
+            fire = self._gate.fire(step, severity)
+            return [self._draft(x, drop, severity, by_start)] if fire else []
         if self._gate.open and drop < r.clear_drop and self._gate.calm(step):
             return [Cleared(self.name, r.metric)]
         return []
@@ -112,8 +112,8 @@ class DropDetector:
         gain, fall = peak - low, peak - self._ewma
         if gain < self.rule.min_peak_gain or self._ewma is None:
             return 0.0
-        if not self._gate.open and len(self._steps) < NOISE_POINTS:
-            return 0.0  # the noise is not known yet: no fall is one
+        if not self._gate.open and not self._noise_known():
+            return 0.0  # an unknown noise is not a zero one: no fall is judged yet
         significant = self._gate.open or fall >= self.noise_k() * noise
         return fall / gain if significant else 0.0
 
@@ -133,7 +133,7 @@ class DropDetector:
         the mean of k of them 0.76/√k (+44 % at k = 3, +8 % at 100): early in a run, when
         few changes are known, an underestimate would let noise page. `from_start`: the
         peak is the starting level, whose own error adds."""
-        if len(self._steps) < NOISE_POINTS:
+        if not self._noise_known():
             return 0.0
         a, k = self.rule.ewma_alpha, len(self._steps)
         sigma = math.sqrt(math.pi / 4) * sum(self._steps) / k
@@ -158,27 +158,31 @@ class DropDetector:
         m = max(self._after * a / (2 - a), 1.0)
         return max(r.noise_z, r.drawdown_margin + 2 * math.sqrt(2 * math.log(m)))
 
-    def _draft(self, x: float, drop: float, severity: Severity) -> AlertDraft:
+    def _noise_known(self) -> bool:
+        return len(self._steps) >= NOISE_POINTS
+
+    def _draft(self, x: float, drop: float, severity: Severity, start: float | None) -> AlertDraft:
+        """The alert; `start`: the starting level, when the drop is measured from it."""
         r = self.rule
         origin = fmt(self._low) + ("" if self._low == r.zero else ", its lowest before it")
-        if self._by_start is None:
+        if start is None:
             ref = f"peak {fmt(self._peak)} at step {self._peak_step}"
         else:
             origin = fmt(r.zero)
             n = len(self._start)
-            ref = f"its starting level {fmt(self._by_start)} (median of the first {n})"
+            ref = f"its starting level {fmt(start)} (median of the first {n})"
         return AlertDraft(
             detector=self.name,
             severity=severity,
             metric=r.metric,
             value=x,
-            baseline=self._peak if self._by_start is None else self._by_start,
+            baseline=self._peak if start is None else start,
             window=self._n,
             factor="outcome",
             message=(
                 f"{r.metric} has lost {drop:.0%} of its gain: smoothed {fmt(self._ewma)} "
                 f"vs {ref} (now {fmt(x)}), gained from {origin}; the smoothed value's own "
-                f"noise is ±{fmt(self.noise(self._by_start is not None))} "
+                f"noise is ±{fmt(self.noise(start is not None))} "
                 f"(a fall counts beyond {self.noise_k():.1f}× that)"
             ),
             remedy=r.remedy,
