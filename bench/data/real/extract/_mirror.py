@@ -1,8 +1,10 @@
 """What the extraction scripts share: `git` on a fetched repository's bare mirror, a logged
-record's numbers (strings, booleans and nulls are not metrics), and the corpus file."""
+record's numbers (strings, booleans and nulls are not metrics), the check that steps rise,
+and the corpus file."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 from pathlib import Path
@@ -25,3 +27,12 @@ def numeric(record: dict) -> dict:
 def write_rows(out_dir: str, run_id: str, rows: list[dict]) -> None:
     """`<out_dir>/<run_id>.jsonl`: one JSON object per logged step, as the corpus reads it."""
     Path(out_dir, f"{run_id}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def increasing(rows: list[dict]) -> list[dict]:
+    """`rows`, once their `step`s are checked to rise strictly (a log cut and resumed, or
+    two runs joined, would repeat or go back)."""
+    steps = [r["step"] for r in rows]
+    if any(b <= a for a, b in itertools.pairwise(steps)):
+        raise ValueError("steps do not rise strictly")
+    return rows

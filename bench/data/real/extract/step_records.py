@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import sys
 
-from _mirror import git, numeric, write_rows
+from _mirror import git, increasing, numeric, write_rows
 
 SOURCES = {  # repository -> (commit, [(path, run id)])
     "upul/grpo-from-scratch": (
@@ -36,11 +36,7 @@ def rows_of(text: str, path: str) -> list[dict]:
         records = [json.loads(line) for line in text.splitlines() if line.strip()]
     else:
         records = json.loads(text)
-    rows = [numeric(obj) for obj in records]
-    steps = [r["step"] for r in rows]
-    if steps != sorted(set(steps)):
-        raise ValueError("steps not strictly increasing")
-    return rows
+    return increasing([numeric(obj) for obj in records])
 
 
 def main(repo: str, git_dir: str, out: str) -> None:

@@ -14,12 +14,11 @@ Usage: python trl2_log_history.py <mirror root, holding owner+name/repo> <out di
 
 from __future__ import annotations
 
-import itertools
 import json
 import sys
 from pathlib import Path
 
-from _mirror import git, write_rows
+from _mirror import git, increasing, write_rows
 
 _STAGE2 = "expert_guy/post_training_project/threestage/stage2_output"
 _RUNS8B = "enhanced_grpo_8B_runs/v3-LR6e-6-"
@@ -139,10 +138,7 @@ def rows_of(entries: list[dict]) -> list[dict]:
             continue
         numbers = {k: v for k, v in entry.items() if isinstance(v, int | float) and k != "step"}
         rows.append({"step": int(entry["step"]), **numbers})
-    steps = [r["step"] for r in rows]
-    if any(b <= a for a, b in itertools.pairwise(steps)):
-        raise ValueError("steps do not increase")
-    return rows
+    return increasing(rows)
 
 
 def main(mirrors: str, out: str) -> None:

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import sys
-from pathlib import Path
+
+from _mirror import increasing, write_rows
 
 SOURCES = {  # path in the repository -> (repository, commit, total characters, run id)
     "main-verl/writeup/results/GRPO_history.csv": (
@@ -62,10 +62,7 @@ def rows_of(text: str) -> list[dict]:
             if value is not None:
                 row[name] = value
         rows.append(row)
-    steps = [r["step"] for r in rows]
-    if steps != sorted(set(steps)):
-        raise ValueError("steps not strictly increasing")
-    return rows
+    return increasing(rows)
 
 
 def main(csv_file: str, path: str, out: str) -> None:
@@ -77,7 +74,7 @@ def main(csv_file: str, path: str, out: str) -> None:
     if len(text) != total:
         raise SystemExit(f"{csv_file}: {len(text)} characters, the stored file has {total}")
     rows = rows_of(text)
-    Path(out, f"{run_id}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_rows(out, run_id, rows)
     print(f"{run_id}\t{repo}\t{path}\t{len(rows)} steps\t{commit}")
 
 
