@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from monitor.detectors.rules import CLIP_ON, LENGTH_NORM, MINI_BATCHES
 from monitor.store.reader import RunReader
 
 STEPS = 3
@@ -101,6 +102,45 @@ def test_grpo_trainer_feeds_the_monitor(tiny_ckpt, tmp_path, monkeypatch):
     assert len(reward[0]) == STEPS and all(0.0 <= v <= 1.0 for v in reward[1])
     assert meta.config["trainer"] == "GRPOConfig" and meta.config["max_steps"] == STEPS
     assert status == "finished"
+    # the run's settings read from its GRPOConfig (dapo loss, one update per generation)
+    settings = _settings(tmp_path / "run")
+    assert settings == {MINI_BATCHES: 1.0, CLIP_ON: 1.0, LENGTH_NORM: 0.0}
+    with RunReader(tmp_path / "run") as reader:
+        assert not [a for a in reader.alerts() if a.detector == "length_normalised"]
+
+
+def _settings(run):
+    with RunReader(run) as reader:
+        got = reader.scalars([MINI_BATCHES, CLIP_ON, LENGTH_NORM])
+    return {name: float(values[0]) for name, (_, values) in got.items() if len(values)}
+
+
+def test_a_length_normalised_grpo_loss_is_warned_of_and_fixed(tiny_ckpt, tmp_path, monkeypatch):
+    """loss_type="grpo" divides each completion's loss by its length: the setup rule
+    `length_normalised` warns at step 1, from the settings the callback reads off the
+    config (two iterations per generation: two policy updates per rollout), and
+    remediation switches the trainer to "dr_grpo" before step 2, which the logged
+    setting then shows."""
+    monkeypatch.setenv("DISABLE_MLFLOW_INTEGRATION", "TRUE")
+    from monitor.integrations.trl import MinirlCallback
+
+    run = tmp_path / "run"
+    minirl = MinirlCallback(run, remediation=True)
+    trainer = _trainer(
+        tiny_ckpt, tmp_path / "out", [minirl], STEPS, loss_type="grpo", num_iterations=2
+    )
+    trainer.train()
+
+    assert _settings(run) == {MINI_BATCHES: 2.0, CLIP_ON: 1.0, LENGTH_NORM: 1.0}
+    with RunReader(run) as reader:
+        setup = [a for a in reader.alerts() if a.detector == "length_normalised"]
+        fixes = [a for a in reader.actions() if a.kind == "set_length_norm"]
+        norm = reader.scalars([LENGTH_NORM])[LENGTH_NORM][1].tolist()
+    assert [(a.step, a.severity) for a in setup] == [(1, "warning")]
+    assert "length normalisation" in setup[0].message
+    assert [(a.step, a.status, a.params) for a in fixes] == [(1, "applied", {"enabled": False})]
+    assert trainer.loss_type == "dr_grpo"
+    assert norm == [1.0] + [0.0] * (STEPS - 1)
 
 
 def test_vllm_metrics_mapped_and_resume_from_checkpoint(tmp_path):

@@ -111,6 +111,7 @@ def test_advice_names_the_last_healthy_checkpoint_and_verl_accepts_it(verl_run):
     assert len(advices) == 1  # the later alerts of the same breakdown repeat nothing
     with RunReader(run) as reader:
         critical = [a for a in reader.alerts() if a.severity == "critical"]
+        assert not [a for a in reader.alerts() if a.detector == "length_normalised"]
         stored = RunControls.stored(reader.meta().controls)
         assert stored == RunControls()  # advice moved no knob: the backend's defaults
     assert first.alert_id in {a.id for a in critical}
@@ -182,3 +183,65 @@ def test_watch_with_checkpoints_gives_the_same_advice(verl_run, tmp_path, capsys
     assert f"global_step_{HEALTHY}" in printed and "resume with:" in printed
     cfg = compose(advices[0].params["overrides"])
     assert cfg.trainer.resume_from_path == str(ckpt / f"global_step_{HEALTHY}")
+
+
+def test_a_length_normalised_loss_is_read_off_verls_config(tmp_path, monkeypatch):
+    """verl's `loss_agg_mode=seq-mean-token-mean` divides each response's loss by its
+    length: the backend logs the settings it reads off the config verl passes, so the
+    setup rule `length_normalised` warns at step 1 (the default token-mean run of
+    `verl_run` has no such warning); two PPO epochs over 4 mini-batches are 8 updates."""
+    from monitor.detectors.rules import CLIP_ON, LENGTH_NORM, MINI_BATCHES
+    from monitor.integrations.verl import register
+
+    overrides = [
+        "data.train_batch_size=64",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=16",
+        "actor_rollout_ref.actor.ppo_epochs=2",
+        "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
+    ]
+    config = OmegaConf.to_container(compose(overrides), resolve=True)
+    run = tmp_path / "run"
+    monkeypatch.setenv("MINIRL_RUN_DIR", str(run))
+    tracking = tracking_module()
+    register(tracking.Tracking)
+    logger = tracking.Tracking("attach", "exp", default_backend=["minirl"], config=config)
+    for step, row in collapsing_rows():
+        if step > 5:
+            break
+        logger.log(row, step=step)
+    logger.finish()
+    with RunReader(run) as reader:
+        got = reader.scalars([MINI_BATCHES, CLIP_ON, LENGTH_NORM])
+        setup = [a for a in reader.alerts() if a.detector == "length_normalised"]
+    assert {k: v[1].tolist() for k, v in got.items()} == {
+        MINI_BATCHES: [8.0] * 5,
+        CLIP_ON: [1.0] * 5,
+        LENGTH_NORM: [1.0] * 5,
+    }
+    assert [(a.step, a.severity) for a in setup] == [(1, "warning")]
+
+
+def test_the_length_norm_and_epochs_fixes_are_verl_keys(tmp_path):
+    """The fixes of a length-normalised, two-epoch run, composed with verl's config: the
+    loss back to token-mean, and n updates per rollout as n mini-batches of one epoch."""
+    from monitor.integrations.verl_advice import controls_from_config, to_overrides
+    from monitor.store.records import ActionDraft
+
+    base = [
+        "data.train_batch_size=64",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=16",
+        "actor_rollout_ref.actor.ppo_epochs=2",
+        "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
+    ]
+    config = OmegaConf.to_container(compose(base), resolve=True)
+    controls = controls_from_config(config)
+    assert controls.mini_batches == 8 and controls.length_norm
+    drafts = [
+        ActionDraft("set_length_norm", {"enabled": False}, "r"),
+        ActionDraft("set_mini_batches_cap", {"n": 2}, "r"),
+    ]
+    fix = to_overrides(drafts, controls, config)
+    assert fix.notes == []
+    actor = compose(base + fix.overrides).actor_rollout_ref.actor
+    assert actor.loss_agg_mode == "token-mean"
+    assert (actor.ppo_epochs, actor.ppo_mini_batch_size) == (1, 32)

@@ -8,6 +8,8 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from core.controls import RunControls
+from monitor.detectors.rules import CLIP_ON, LENGTH_NORM, MINI_BATCHES
 from monitor.store.records import Alert
 
 log = logging.getLogger("minirl.monitor")
@@ -26,6 +28,17 @@ def numeric_logs(logs: Mapping[str, Any]) -> dict[str, float]:
         if isinstance(value, int | float) and not isinstance(value, bool):
             out[str(name)] = float(value)
     return out
+
+
+def settings_of(controls: RunControls) -> dict[str, float]:
+    """A trainer's fixed settings as the metrics minirl's trainer logs every step (policy
+    updates per rollout, the clip mask, length normalisation), read from its config: the
+    setup rules judge a run by them at its first step, and the setting rules watch them."""
+    return {
+        MINI_BATCHES: float(controls.mini_batches),
+        CLIP_ON: float(controls.clip),
+        LENGTH_NORM: float(controls.length_norm),
+    }
 
 
 def warn_alerts(alerts: Iterable[Alert]) -> None:

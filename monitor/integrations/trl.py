@@ -23,7 +23,7 @@ from typing import Any
 
 from core.errors import UserError
 from monitor.importers.names import rename
-from monitor.integrations import log, numeric_logs, warn_alerts
+from monitor.integrations import log, numeric_logs, settings_of, warn_alerts
 from monitor.integrations.trl_actions import TrainerActions, controls_of, healthy_checkpoint
 from monitor.store.schema import store_path
 
@@ -76,6 +76,8 @@ def _callback_class() -> type:
             self.actions: TrainerActions | None = None
             self.step = 0
             self.renamed: dict[str, str] = {}
+            self.settings: dict[str, float] = {}
+            """The run's fixed settings (`settings_of`), logged with each row."""
 
         def attach(self, trainer: Any) -> None:
             """The trainer whose run remediation acts on."""
@@ -104,8 +106,10 @@ def _callback_class() -> type:
                     "(a run resumed from a checkpoint continues its own)"
                 )
             kw_mon = dict(self.monitor_kw)
+            controls = controls_of(args, trainer)
+            self.settings = settings_of(controls)
             if self.remediation:
-                kw_mon.update(remediation=True, controls=controls_of(args, trainer))
+                kw_mon.update(remediation=True, controls=controls)
             self.mon = Monitor(self.run_dir, config=_args_config(args), resume=existing, **kw_mon)
             last = self.mon.last_step()
             if last is not None and last > self.step:
@@ -147,6 +151,9 @@ def _callback_class() -> type:
             row = numeric_logs(logs)
             if not self.keep_names:
                 row = rename(row, self.renamed)
+            # the settings as remediation left them (the monitor's controls follow it)
+            settings = settings_of(self.mon.controls) if self.actions else self.settings
+            row = {**settings, **row}
             step = max(self.step, int(state.global_step))
             try:
                 warn_alerts(self.mon.log(step, row))

@@ -6,6 +6,7 @@ next step draws its batch (the callback wraps the trainer's `get_batch_samples`)
   wrapped; any other scheduler capped after each step), so they hold for the rest of run;
 - `set_is_correction`, `set_is_policy`: GRPOTrainer's vLLM IS correction attributes,
   read at every generation; `set_clip` with ε: `epsilon_low/high`, read per step;
+- `set_length_norm` off: `loss_type` "grpo" -> "dr_grpo", read at every loss;
 - `rollback`: the requested or last healthy `checkpoint-N` (`healthy.last_healthy`),
   restored as `train(resume_from_checkpoint=...)` would (weights, optimizer, scheduler,
   RNG, data position); steps count forward and (`redo`) `max_steps` grows by the steps
@@ -46,10 +47,12 @@ REFUSED = {
     "set_mini_batches_cap": "TRL fixes steps_per_generation and num_iterations at start-up (its "
     "sampler repeats each generation batch by them); change them in GRPOConfig and resume",
     "set_routing_replay": "TRL has no routing replay",
-    "set_length_norm": "TRL's normalisation is its loss_type, chosen at start-up",
     "set_rollout_quant": "TRL's rollouts have no weight-rounding setting",
     "set_rollout_quant_floor": "TRL's rollouts have no weight-rounding setting",
 }
+LENGTH_NORMALISED = ("grpo", "sapo")
+"""TRL's loss types that divide each completion's token sum by its own length; the others
+(dapo, bnpo, dr_grpo, cispo, ...) divide by a token count or a constant the batch shares."""
 _CKPT = re.compile(r"^checkpoint-(\d+)$")
 
 
@@ -72,7 +75,7 @@ def controls_of(args: Any, trainer: Any) -> RunControls:
         "clip": True,
         "mini_batches": max(1, per_gen * iters // accum),
         "routing_replay": "none",
-        "length_norm": False,
+        "length_norm": getattr(args, "loss_type", None) in LENGTH_NORMALISED,
         "moe": hasattr(getattr(getattr(trainer, "model", None), "config", None), "num_experts"),
     }
     if on and getattr(args, "vllm_importance_sampling_clip_max", None) is not None:
@@ -208,7 +211,22 @@ class TrainerActions:
             t.epsilon_low = p.get("eps_low", t.epsilon_low)
             t.epsilon_high = p.get("eps_high", t.epsilon_high)
             return f"epsilon low/high {old[0]:g}/{old[1]:g} -> {t.epsilon_low:g}/{t.epsilon_high:g}"
+        if kind == "set_length_norm":
+            return self._set_length_norm(bool(p["enabled"]))
         raise Refused(f"the TRL callback cannot apply {kind}")
+
+    def _set_length_norm(self, enabled: bool) -> str:
+        """GRPOTrainer reads `loss_type` at every loss: "grpo" (a mean per completion)
+        becomes "dr_grpo" (the same token terms summed over a constant, the batch times
+        max_completion_length): the paper's sum, with the same per-token loss."""
+        t = self.trainer
+        if enabled or t.loss_type != "grpo":
+            raise Refused(
+                f"loss_type {t.loss_type!r}: only 'grpo' has a length-free twin TRL computes "
+                "the same token terms for ('dr_grpo'); change it in GRPOConfig and resume"
+            )
+        t.loss_type = "dr_grpo"
+        return "loss_type grpo -> dr_grpo: each completion's token sum over a constant"
 
     def _set_is(self, kind: str, p: dict[str, Any]) -> str:
         t = self.trainer

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from monitor.importers.names import rename
-from monitor.integrations import log, numeric_logs, warn_alerts
-from monitor.integrations.verl_advice import advise
+from monitor.integrations import log, numeric_logs, settings_of, warn_alerts
+from monitor.integrations.verl_advice import advise, controls_from_config
 from monitor.store.schema import store_path
 
 BACKEND = "minirl"
@@ -57,12 +57,14 @@ class MinirlLogger:
         self.renamed: dict[str, str] = {}
         self._first = True
         self.config = config if isinstance(config, dict) else {}
+        self.settings = settings_of(controls_from_config(self.config)) if self.config else {}
+        """The run's fixed settings (`settings_of`), logged with each step."""
         ckpt = (self.config.get("trainer") or {}).get("default_local_dir")
         self.checkpoints = Path(ckpt).resolve() if isinstance(ckpt, str) and ckpt else None
         """verl's checkpoint folder, resolved where verl resolves it (its working directory)."""
 
     def log(self, data: dict[str, Any], step: int) -> None:
-        row = rename(numeric_logs(data), self.renamed)
+        row = {**self.settings, **rename(numeric_logs(data), self.renamed)}
         try:
             last = self.mon.last_step()
             if self._first and last is not None and step <= last:  # resumed from a checkpoint

@@ -69,8 +69,13 @@ def controls_from_config(config: Mapping[str, Any] | None) -> RunControls:
         out["lr"] = float(lr)
     prompts = _get(config, "data.train_batch_size")
     mini = _get(config, f"{ACTOR}.ppo_mini_batch_size")
+    epochs = _get(config, f"{ACTOR}.ppo_epochs")
+    epochs = epochs if isinstance(epochs, int) and epochs > 0 else 1
     if isinstance(prompts, int) and isinstance(mini, int) and mini > 0:
-        out["mini_batches"] = max(1, prompts // mini)
+        out["mini_batches"] = max(1, prompts // mini) * epochs  # updates per rollout
+    # seq-mean-token-mean divides each response's token sum by its length (GRPO's); the
+    # other modes (token-mean, seq-mean-token-sum[-norm]) by a count the batch shares
+    out["length_norm"] = _get(config, f"{ACTOR}.loss_agg_mode") == "seq-mean-token-mean"
     level = _get(config, f"{CORRECTION}.rollout_is")
     threshold = _get(config, f"{CORRECTION}.rollout_is_threshold")
     if config is not None and _get(config, "algorithm") is not None:
@@ -147,12 +152,18 @@ def to_overrides(
                 add(f"{ACTOR}.optim.lr={_num(lr)}")
         elif d.kind in ("set_mini_batches", "set_mini_batches_cap"):
             if isinstance(prompts, int):
+                epochs = _get(config, f"{ACTOR}.ppo_epochs")
+                if isinstance(epochs, int) and epochs > 1:  # n updates: n mini-batches, once
+                    add(f"{ACTOR}.ppo_epochs=1")
                 add(f"{ACTOR}.ppo_mini_batch_size={max(1, math.ceil(prompts / p['n']))}")
             else:
                 out.notes.append(
                     f"{p['n']} mini-batch(es) per rollout: set {ACTOR}.ppo_mini_batch_size to "
                     f"data.train_batch_size / {p['n']}"
                 )
+        elif d.kind == "set_length_norm":
+            mode = "seq-mean-token-mean" if p["enabled"] else "token-mean"
+            add(f"{ACTOR}.loss_agg_mode={mode}")
         elif d.kind not in ("rollback", "stop"):
             out.notes.append(f"{d.kind} ({d.params}): no verl key known for it")
     return out
