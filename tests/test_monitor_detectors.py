@@ -580,6 +580,21 @@ def test_nonfinite_opens_once_per_metric_and_clears():
     assert factor_of("x/aux") == "optimisation" and factor_of("routing/x") == "routing"
 
 
+def test_a_lone_nonfinite_gradient_norm_is_a_warning_two_in_a_row_are_critical():
+    """A skipped step (fp16 overflow) logs one inf gradient norm and training goes on; a
+    divergence keeps it non-finite: critical at its second, naming the first."""
+    s = [{"optim/loss": 0.1, "optim/grad_norm": 1.0} for _ in range(12)]
+    s[3]["optim/grad_norm"] = math.inf  # skipped: finite again at 4
+    s[7]["optim/grad_norm"] = s[8]["optim/grad_norm"] = s[9]["optim/grad_norm"] = math.nan
+    ev = run(s, only="nonfinite")
+    assert fired(ev) == [(3, "warning"), (7, "warning"), (8, "critical")]
+    crit = [x for st, x in ev if isinstance(x, AlertDraft) and x.severity == "critical"]
+    assert "non-finite since step 7" in crit[0].message
+    assert cleared(ev, "nonfinite") == [4, 10]
+    s[11]["optim/loss"] = math.nan  # the loss is not skippable: critical at once
+    assert fired(run(s, only="nonfinite"))[-1] == (11, "critical")
+
+
 def test_nonfinite_values_never_poison_a_baseline():
     s = healthy(160, seed=12)
     for i in range(60, 70):

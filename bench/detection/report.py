@@ -51,6 +51,10 @@ TRIED = [
     "`length_normalised`) read the settings at the first RL step instead; the collapses that "
     "come 10 or more steps after it are alerted in time, the others (4× and 8× at steps "
     "6-13, lr 1e-3 at 5-6) cannot be by anything.",
+    "- A non-finite gradient norm paged at once: three stable runs of both folds logged one "
+    "inf/NaN norm and trained on (a step the optimizer skipped, as mixed-precision loss "
+    "scaling does). A lone one is a warning now (`NonFiniteRule.skippable`), critical when "
+    "the next logged norm is non-finite too; a non-finite loss is critical at once.",
 ]
 TITLES = {"ours": "ours (defaults)", "rlwatch": "rlwatch 0.5.1 (defaults)"}
 

@@ -235,6 +235,11 @@ class NonFiniteRule:
 
     critical_prefixes: tuple[str, ...] = ("optim/", "is/", "approx/", "policy/", "reward/")
     """Metrics under these prefixes are critical when non-finite; others are warnings."""
+    skippable: tuple[str, ...] = ("optim/grad_norm",)
+    """Critical only when non-finite twice in a row: a lone inf/NaN gradient norm is also
+    a step the optimizer skipped (mixed-precision loss scaling, DeepSpeed's overflow
+    check), after which training goes on; a divergence stays non-finite, and turns the
+    loss non-finite too, which is critical at once. The first one is a warning."""
     enabled: bool = True
     """false: the rule never fires."""
 
