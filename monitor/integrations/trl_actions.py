@@ -218,7 +218,9 @@ class TrainerActions:
     def _set_length_norm(self, enabled: bool) -> str:
         """GRPOTrainer reads `loss_type` at every loss: "grpo" (a mean per completion)
         becomes "dr_grpo" (the same token terms summed over a constant, the batch times
-        max_completion_length): the paper's sum, with the same per-token loss."""
+        max_completion_length): the paper's sum, with the same per-token loss. The
+        gradient shrinks by mean length / max_completion_length, which Adam's
+        normalisation mostly absorbs."""
         t = self.trainer
         if enabled or t.loss_type != "grpo":
             raise Refused(
