@@ -185,6 +185,15 @@ def test_watch_with_checkpoints_gives_the_same_advice(verl_run, tmp_path, capsys
     assert cfg.trainer.resume_from_path == str(ckpt / f"global_step_{HEALTHY}")
 
 
+LENGTH_NORMALISED_TWO_EPOCHS = [
+    "data.train_batch_size=64",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=16",
+    "actor_rollout_ref.actor.ppo_epochs=2",
+    "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
+]
+"""GRPO's length-normalised loss, two PPO epochs over 4 mini-batches: 8 updates per rollout."""
+
+
 def test_a_length_normalised_loss_is_read_off_verls_config(tmp_path, monkeypatch):
     """verl's `loss_agg_mode=seq-mean-token-mean` divides each response's loss by its
     length: the backend logs the settings it reads off the config verl passes, so the
@@ -193,13 +202,7 @@ def test_a_length_normalised_loss_is_read_off_verls_config(tmp_path, monkeypatch
     from monitor.detectors.rules import CLIP_ON, LENGTH_NORM, MINI_BATCHES
     from monitor.integrations.verl import register
 
-    overrides = [
-        "data.train_batch_size=64",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=16",
-        "actor_rollout_ref.actor.ppo_epochs=2",
-        "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
-    ]
-    config = OmegaConf.to_container(compose(overrides), resolve=True)
+    config = OmegaConf.to_container(compose(LENGTH_NORMALISED_TWO_EPOCHS), resolve=True)
     run = tmp_path / "run"
     monkeypatch.setenv("MINIRL_RUN_DIR", str(run))
     tracking = tracking_module()
@@ -227,12 +230,7 @@ def test_the_length_norm_and_epochs_fixes_are_verl_keys(tmp_path):
     from monitor.integrations.verl_advice import controls_from_config, to_overrides
     from monitor.store.records import ActionDraft
 
-    base = [
-        "data.train_batch_size=64",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=16",
-        "actor_rollout_ref.actor.ppo_epochs=2",
-        "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
-    ]
+    base = LENGTH_NORMALISED_TWO_EPOCHS
     config = OmegaConf.to_container(compose(base), resolve=True)
     controls = controls_from_config(config)
     assert controls.mini_batches == 8 and controls.length_norm
