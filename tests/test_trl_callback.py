@@ -183,6 +183,7 @@ def test_vllm_metrics_mapped_and_resume_from_checkpoint(tmp_path):
         "staleness/mask_frac",
         "kl",
     } <= names and "note" not in names
+    assert not {MINI_BATCHES, CLIP_ON, LENGTH_NORM} & names  # a plain Trainer has no such settings
     assert steps == [1, 2] and ratio_max.tolist() == [4.5, 4.5]
     with pytest.raises(Exception, match="already holds a run"):  # a new run, same dir
         MinirlCallback(tmp_path / "run").on_train_begin(args, TrainerState(), control)

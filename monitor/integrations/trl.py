@@ -107,7 +107,8 @@ def _callback_class() -> type:
                 )
             kw_mon = dict(self.monitor_kw)
             controls = controls_of(args, trainer)
-            self.settings = settings_of(controls)
+            if hasattr(args, "num_generations"):  # an RL config (GRPO's, RLOO's): it has them
+                self.settings = settings_of(controls)
             if self.remediation:
                 kw_mon.update(remediation=True, controls=controls)
             self.mon = Monitor(self.run_dir, config=_args_config(args), resume=existing, **kw_mon)
