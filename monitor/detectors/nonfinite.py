@@ -56,22 +56,22 @@ class NonFiniteDetector:
                     out.append(Cleared(self.name, metric))
                 continue
             critical = metric.startswith(self.rule.critical_prefixes)
-            skippable = metric in self.rule.skippable
+            deferred = critical and metric in self.rule.skippable  # critical at its second
             if metric in self._open:
-                if skippable and critical and metric not in self._escalated:  # twice in a row
+                if deferred and metric not in self._escalated:
                     self._escalated.add(metric)
                     since = f", non-finite since step {self._open[metric]}: a divergence"
                     out.append(self._draft(step, metric, x, "critical", since))
                 continue
             self._open[metric] = step
-            if skippable and critical:
+            if deferred:
                 why = (
                     ": a step the optimizer skipped (mixed-precision overflow) if the next "
                     "is finite, a divergence if it is not"
                 )
                 out.append(self._draft(step, metric, x, "warning", why))
-                continue
-            out.append(self._draft(step, metric, x, "critical" if critical else "warning", ""))
+            else:
+                out.append(self._draft(step, metric, x, "critical" if critical else "warning", ""))
         return out
 
     def _draft(self, step: int, metric: str, x: float, severity: Severity, why: str) -> AlertDraft:

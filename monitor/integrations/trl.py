@@ -152,9 +152,8 @@ def _callback_class() -> type:
             row = numeric_logs(logs)
             if not self.keep_names:
                 row = rename(row, self.renamed)
-            # the settings as remediation left them (the monitor's controls follow it)
-            settings = settings_of(self.mon.controls) if self.actions else self.settings
-            row = {**settings, **row}
+            if self.settings:  # an RL config's, as remediation left them (the controls follow)
+                row = {**(settings_of(self.mon.controls) if self.actions else self.settings), **row}
             step = max(self.step, int(state.global_step))
             try:
                 warn_alerts(self.mon.log(step, row))

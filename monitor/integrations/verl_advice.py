@@ -57,6 +57,12 @@ def _get(config: Mapping[str, Any] | None, dotted: str) -> Any:
     return node
 
 
+def _epochs(config: Mapping[str, Any] | None) -> int:
+    """verl's PPO epochs over each rollout (1 when the config does not say)."""
+    epochs = _get(config, f"{ACTOR}.ppo_epochs")
+    return epochs if isinstance(epochs, int) and epochs > 0 else 1
+
+
 def controls_from_config(config: Mapping[str, Any] | None) -> RunControls:
     """The knobs the remediation policy reasons on, read from verl's resolved config (the
     dict verl passes to `Tracking`); a knob the config does not give is left out."""
@@ -69,10 +75,8 @@ def controls_from_config(config: Mapping[str, Any] | None) -> RunControls:
         out["lr"] = float(lr)
     prompts = _get(config, "data.train_batch_size")
     mini = _get(config, f"{ACTOR}.ppo_mini_batch_size")
-    epochs = _get(config, f"{ACTOR}.ppo_epochs")
-    epochs = epochs if isinstance(epochs, int) and epochs > 0 else 1
     if isinstance(prompts, int) and isinstance(mini, int) and mini > 0:
-        out["mini_batches"] = max(1, prompts // mini) * epochs  # updates per rollout
+        out["mini_batches"] = max(1, prompts // mini) * _epochs(config)  # updates per rollout
     # seq-mean-token-mean divides each response's token sum by its length (GRPO's); the
     # other modes (token-mean, seq-mean-token-sum[-norm]) by a count the batch shares
     out["length_norm"] = _get(config, f"{ACTOR}.loss_agg_mode") == "seq-mean-token-mean"
@@ -152,8 +156,7 @@ def to_overrides(
                 add(f"{ACTOR}.optim.lr={_num(lr)}")
         elif d.kind in ("set_mini_batches", "set_mini_batches_cap"):
             if isinstance(prompts, int):
-                epochs = _get(config, f"{ACTOR}.ppo_epochs")
-                if isinstance(epochs, int) and epochs > 1:  # n updates: n mini-batches, once
+                if _epochs(config) > 1:  # n updates: n mini-batches, once
                     add(f"{ACTOR}.ppo_epochs=1")
                 add(f"{ACTOR}.ppo_mini_batch_size={max(1, math.ceil(prompts / p['n']))}")
             else:
