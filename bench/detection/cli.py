@@ -18,7 +18,7 @@ from pathlib import Path
 
 from bench import REPO, RESULTS
 from bench.detection import corpus, folds, lab, monitors, real_table, report
-from bench.detection.score import score_run
+from bench.detection.score import RunScore, score_run
 from core.errors import UserError
 
 
@@ -69,6 +69,7 @@ def main(argv: list[str]) -> int:
         return 0
     scores: dict[str, list] = {m: [] for m in report.MONITORS}
     public: dict[str, list[dict]] = {m: [] for m in report.MONITORS}
+    hidden: list[RunScore] = []  # ours on the lab runs, their settings hidden
     for run in labelled:
         for m, fired in (
             ("ours", monitors.ours(run.stream)),
@@ -77,10 +78,12 @@ def main(argv: list[str]) -> int:
             scores[m].append(score_run(run, fired))
             if run.group == "real":
                 public[m].append(real_table.judge(run, fired))
+        if run.group == "lab":
+            hidden.append(score_run(run, monitors.ours(monitors.without_settings(run.stream))))
     swapped = folds.cross(labelled)
     lines, totals = real_table.section(public, swapped, folds.lines(swapped))
     command = "minirl bench detection " + shlex.join(argv)
     out = Path(args.out)
-    report.write(scores, command.strip(), out, (lines, totals, public))
+    report.write(scores, command.strip(), out, (lines, totals, public), hidden)
     print(f"wrote {out.relative_to(REPO) if out.is_relative_to(REPO) else out}")
     return 0

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from bench.detection.corpus import Stream
 from monitor.detectors import DetectorSet
 from monitor.detectors.config import DetectorsConfig
+from monitor.detectors.rules import SETTINGS
 from monitor.store.records import AlertDraft
 
 # our metric -> rlwatch.log_step keyword (rlwatch's TRL map accepts approx_kl as its KL)
@@ -61,6 +62,14 @@ def ours(stream: Stream, config: DetectorsConfig | None = None) -> list[Fired]:
                     Fired(step, change.severity, change.detector, change.factor, change.metric)
                 )
     return out
+
+
+def without_settings(stream: Stream) -> Stream:
+    """The stream as a log of another trainer reads: no setting of the run (`SETTINGS`:
+    learning rate, policy updates per rollout, rollout precision, clip mask, length
+    normalisation), only what the run measured. rlwatch reads none of them but the
+    learning rate, which no rlwatch detector uses."""
+    return [(step, {k: v for k, v in vals.items() if k not in SETTINGS}) for step, vals in stream]
 
 
 def rlwatch(stream: Stream) -> list[Fired]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from bench.detection.corpus import UNSEEN_SEEDS
@@ -87,15 +87,16 @@ def summary_table(summaries: dict[str, Summary]) -> list[str]:
     return rows
 
 
-def lab_table(scores: dict[str, list[RunScore]]) -> list[str]:
+def lab_table(scores: dict[str, list[RunScore]], hidden: Sequence[RunScore]) -> list[str]:
     """Lab runs pooled by config and split, seeds as a range (one row per config, not
-    per seed)."""
+    per seed); `hidden`: ours on the same runs with their settings hidden."""
     rows = [
-        "| config | set | seeds | runs | collapses caught (ours \\| rlwatch) | stable "
-        "with a critical (ours \\| rlwatch) | warnings (ours) |",
-        "|---|---|---|---|---|---|---|",
+        "| config | set | seeds | runs | collapses caught (ours \\| rlwatch) | caught, settings "
+        "hidden (ours) | stable with a critical (ours \\| rlwatch) | warnings (ours) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     theirs = {r.run: r for r in scores["rlwatch"]}
+    blind = {r.run: r for r in hidden}
     pools: dict[tuple[str, str], list[RunScore]] = {}
     for r in scores["ours"]:
         if r.run.startswith("lab/"):
@@ -104,9 +105,11 @@ def lab_table(scores: dict[str, list[RunScore]]) -> list[str]:
         seeds = sorted(_seed(r) for r in runs)
         a = summarise(runs)
         b = summarise([theirs[r.run] for r in runs])
+        c = summarise([blind[r.run] for r in runs if r.run in blind])
         rows.append(
             f"| {config} | {split} | {seeds[0]}-{seeds[-1]} | {len(runs)} | "
             f"{a.caught} \\| {b.caught}/{a.collapses} | "
+            f"{_frac(c.caught, a.collapses)} | "
             f"{a.false_critical} \\| {b.false_critical}/{a.stable} | "
             f"{sum(r.warnings for r in runs)} |"
         )
@@ -118,9 +121,11 @@ def write(
     command: str,
     out: Path,
     real: tuple[list[str], dict, dict] | None = None,
+    hidden: Sequence[RunScore] = (),
 ) -> dict:
     """Write the markdown and the JSON beside it; returns the JSON object. `real`: the
-    public runs' section (real_table.section) and their per-run objects, which lead."""
+    public runs' section (real_table.section) and their per-run objects, which lead;
+    `hidden`: ours on the lab runs with their settings hidden (`without_settings`)."""
     by_split = {
         split: {m: summarise([r for r in scores[m] if r.split == split]) for m in MONITORS}
         for split in ("report", "tune")
@@ -134,6 +139,11 @@ def write(
         for group in ("lab", "real")
     }
     unseen = {m: report_runs(m, lambda r: _seed(r) in UNSEEN_SEEDS) for m in MONITORS}
+    blind = {
+        "ours": groups["lab"]["ours"],
+        "ours, settings hidden": summarise([r for r in hidden if r.split == "report"]),
+        "rlwatch": groups["lab"]["rlwatch"],
+    }
     lab_seeds = sorted({k for r in scores["ours"] if r.split == "report" and (k := _seed(r)) >= 0})
     counts = {
         label: sum(r.label == label for r in scores["ours"])
@@ -168,6 +178,16 @@ def write(
         "",
         *summary_table(unseen),
         "",
+        "The same lab runs with their settings hidden, as a log of another trainer reads "
+        "them: no learning rate, policy updates per rollout, rollout precision, clip or "
+        "length-normalisation setting, only what the run measured "
+        "(`monitors.without_settings`). Most lab incidents are a setting moving, which the "
+        "setting rules read the step it moves; hidden, only the measured trajectory can "
+        "announce them, as on a real run. rlwatch reads no setting its detectors use, so its "
+        "row is the same:",
+        "",
+        *summary_table(blind),
+        "",
         "Public logs of other trainers (bench/data/real/SOURCES.md):",
         "",
         *summary_table(groups["real"]),
@@ -182,7 +202,7 @@ def write(
         "",
         "## Lab runs by config",
         "",
-        *lab_table(scores),
+        *lab_table(scores, hidden),
         "",
     ]
     out.write_text("\n".join(lines))
@@ -192,6 +212,7 @@ def write(
         "tune": {m: by_split["tune"][m].as_json() for m in MONITORS},
         "report_by_source": {g: {m: s.as_json() for m, s in v.items()} for g, v in groups.items()},
         "report_unseen_seeds": {m: s.as_json() for m, s in unseen.items()},
+        "report_lab_settings_hidden": blind["ours, settings hidden"].as_json(),
         "runs": {m: [vars(r) for r in scores[m] if r.run.startswith("lab/")] for m in MONITORS},
     }
     if real:
