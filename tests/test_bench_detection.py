@@ -131,6 +131,24 @@ def test_scores_follow_the_written_definitions():
     assert (public.healthy_steps, public.healthy_warnings) == (0, 0)
 
 
+def test_a_stream_without_settings_keeps_only_what_the_run_measured():
+    """The settings-hidden replay (a log of another trainer): a learning-rate ramp the lr
+    rule reads the step it starts is invisible once the setting is gone, while every
+    measured metric is kept as it was."""
+
+    def row(t: int) -> dict[str, float]:
+        lr = 1e-6 * 1.25 ** max(0, (t - 30) // 5)  # ×1.25 every 5 steps from step 35
+        return {"optim/lr": lr, CLIP_ON: 1.0, "optim/grad_norm": 1 + 0.01 * (t % 3)}
+
+    stream = [(t, row(t)) for t in range(1, 60)]
+    hidden = monitors.without_settings(stream)
+    assert [s for s, _ in hidden] == [s for s, _ in stream]
+    assert all(v == {"optim/grad_norm": row(t)["optim/grad_norm"]} for t, v in hidden)
+    seen = [f for f in monitors.ours(stream) if f.detector == "lr_rise"]
+    assert seen and seen[0].step in range(35, 41)  # the ramp is read as it starts (×1.25, ×1.56)
+    assert not monitors.ours(hidden)
+
+
 def test_a_lab_run_store_exports_and_loads_back(tmp_path):
     mon = Monitor(tmp_path / "run", config={"train": {"mini_batches": 2}})
     for step, values in _stream(60, None, None):
