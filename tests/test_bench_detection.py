@@ -20,7 +20,7 @@ from bench.remediation.cli import read_arm
 from bench.remediation.verdicts import Arm, Pair, judge
 from core.errors import UserError
 from monitor import Monitor, RunReader
-from monitor.detectors.rules import CLIP_ON
+from monitor.detectors.rules import CLIP_ON, MINI_BATCHES
 
 
 def _stream(n: int, collapse_at: int | None, shift_at: int | None, seed: int = 0):
@@ -131,21 +131,26 @@ def test_scores_follow_the_written_definitions():
     assert (public.healthy_steps, public.healthy_warnings) == (0, 0)
 
 
-def test_a_stream_without_settings_keeps_only_what_the_run_measured():
-    """The settings-hidden replay (a log of another trainer): a learning-rate ramp the lr
-    rule reads the step it starts is invisible once the setting is gone, while every
-    measured metric is kept as it was."""
+def test_a_stream_without_settings_keeps_what_another_trainer_logs():
+    """The settings-hidden replay (a log of another trainer): the settings trainers do not
+    log are gone, so a jump in policy updates per rollout the setting rule reads the step
+    it happens is invisible; the learning rate and every measured metric are kept."""
 
     def row(t: int) -> dict[str, float]:
-        lr = 1e-6 * 1.25 ** max(0, (t - 30) // 5)  # ×1.25 every 5 steps from step 35
-        return {"optim/lr": lr, CLIP_ON: 1.0, "optim/grad_norm": 1 + 0.01 * (t % 3)}
+        return {
+            MINI_BATCHES: 1.0 if t < 35 else 4.0,
+            CLIP_ON: 1.0,
+            "optim/lr": 1e-6,
+            "optim/grad_norm": 1 + 0.01 * (t % 3),
+        }
 
     stream = [(t, row(t)) for t in range(1, 60)]
     hidden = monitors.without_settings(stream)
     assert [s for s, _ in hidden] == [s for s, _ in stream]
-    assert all(v == {"optim/grad_norm": row(t)["optim/grad_norm"]} for t, v in hidden)
-    seen = [f for f in monitors.ours(stream) if f.detector == "lr_rise"]
-    assert seen and seen[0].step in range(35, 41)  # the ramp is read as it starts (×1.25, ×1.56)
+    kept = ("optim/lr", "optim/grad_norm")
+    assert all(v == {k: row(t)[k] for k in kept} for t, v in hidden)
+    seen = [f for f in monitors.ours(stream) if f.detector == "mini_batches_rise"]
+    assert seen and seen[0].step == 35  # a setting is read the step it moves
     assert not monitors.ours(hidden)
 
 

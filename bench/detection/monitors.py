@@ -32,6 +32,8 @@ RLWATCH_NAMES = {
     "staleness/mask_frac": "clip_fraction",
     "optim/grad_norm": "grad_norm",
 }
+UNLOGGED = frozenset(SETTINGS) - {"optim/lr"}
+"""Settings of a run that other trainers' logs do not carry (the learning rate they do)."""
 RLWATCH_FACTORS = {
     "entropy_collapse": "optimisation",
     "kl_explosion": "staleness",
@@ -65,11 +67,11 @@ def ours(stream: Stream, config: DetectorsConfig | None = None) -> list[Fired]:
 
 
 def without_settings(stream: Stream) -> Stream:
-    """The stream as a log of another trainer reads: no setting of the run (`SETTINGS`:
-    learning rate, policy updates per rollout, rollout precision, clip mask, length
-    normalisation), only what the run measured. rlwatch reads none of them but the
-    learning rate, which no rlwatch detector uses."""
-    return [(step, {k: v for k, v in vals.items() if k not in SETTINGS}) for step, vals in stream]
+    """The stream as a log of another trainer reads: none of the run's settings
+    (`SETTINGS`) that trainers do not log (policy updates per rollout, rollout precision,
+    clip mask, length normalisation), only what the run measured and its learning rate
+    (verl's actor/lr, TRL's learning_rate). rlwatch's detectors use none of them."""
+    return [(step, {k: v for k, v in vals.items() if k not in UNLOGGED}) for step, vals in stream]
 
 
 def rlwatch(stream: Stream) -> list[Fired]:

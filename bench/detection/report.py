@@ -179,12 +179,12 @@ def write(
         *summary_table(unseen),
         "",
         "The same lab runs with their settings hidden, as a log of another trainer reads "
-        "them: no learning rate, policy updates per rollout, rollout precision, clip or "
-        "length-normalisation setting, only what the run measured "
-        "(`monitors.without_settings`). Most lab incidents are a setting moving, which the "
-        "setting rules read the step it moves; hidden, only the measured trajectory can "
-        "announce them, as on a real run. rlwatch reads no setting its detectors use, so its "
-        "row is the same:",
+        "them: no policy updates per rollout, rollout precision, clip or "
+        "length-normalisation setting, only what the run measured and its learning rate, "
+        "which trainers log (`monitors.without_settings`). Most lab incidents are a setting "
+        "moving, which the setting rules read the step it moves; hidden, only the measured "
+        "trajectory can announce them, as on a real run. rlwatch's detectors use none of "
+        "these settings, so its row is the same:",
         "",
         *summary_table(blind),
         "",
