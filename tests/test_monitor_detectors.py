@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -380,6 +381,7 @@ def test_a_breakdown_blames_a_setting_that_moved_over_a_symptom_that_moved_first
         row["staleness/mini_batches"] = 8.0 if i >= 79 else 2.0  # the setting, later
     crit = [x for _, x in run(s) if isinstance(x, AlertDraft) and x.detector == "breakdown"]
     assert crit and "staleness is the cause (mini_batches_rise" in crit[0].message
+    assert "precursors open, among them a setting (staleness/mini_batches)" in crit[0].message
 
 
 # ---------------------------------------------------------------------------- level rule
@@ -566,6 +568,11 @@ def test_three_precursors_at_once_page_without_the_outcome_only_when_one_jumped_
     ev = run(s)
     crit = [(st, x) for st, x in ev if isinstance(x, AlertDraft) and x.detector == "breakdown"]
     assert len(crit) == 1 and crit[0][0] == 83 and crit[0][1].value == 3.0
+    # a page with the outcome holding names the jump that made it one
+    jump = re.search(
+        r"staleness/kl_k3 at ([0-9.e+]+)× its baseline, a jump of orders", crit[0][1].message
+    )
+    assert jump and float(jump.group(1)) >= 1000 and "outcome has lost" not in crit[0][1].message
 
 
 # ---------------------------------------------------------------------------- non-finite

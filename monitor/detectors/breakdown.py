@@ -55,13 +55,13 @@ class BreakdownDetector:
         falling = len(signals) >= 1 and outcome_drop >= r.outcome_drop
         if joint or falling:
             if self._gate.fire(step, "critical"):
-                return [self._draft(recent, outcome_drop)]
+                return [self._draft(recent, outcome_drop, joint)]
             return []
         if self._gate.open and not self.open and self._gate.calm(step):
             return [Cleared(self.name, "precursors")]
         return []
 
-    def _draft(self, recent: list[tuple[int, AlertDraft]], drop: float) -> AlertDraft:
+    def _draft(self, recent: list[tuple[int, AlertDraft]], drop: float, joint: bool) -> AlertDraft:
         causes = self.rule.causes
         first_step, first = min(
             recent, key=lambda pair: (blame_rank(pair[1].metric, pair[1].factor, causes), pair[0])
@@ -71,6 +71,8 @@ class BreakdownDetector:
         )
         blame = "is the cause" if first.metric in causes else "moved first"
         why = f"{len(recent)} precursors open"
+        if joint:  # the evidence that the run is getting worse, not merely changing
+            why += f", {self._worse(recent)}"
         if drop >= self.rule.outcome_drop:
             why += f" and the outcome has lost {drop:.0%} of its gain"
         return AlertDraft(
@@ -87,6 +89,17 @@ class BreakdownDetector:
             ),
             remedy=R_COLLAPSE,
         )
+
+    def _worse(self, recent: list[tuple[int, AlertDraft]]) -> str:
+        """What made joint precursors a breakdown: the setting that moved among them, else
+        the largest jump (a page on a run whose outcome holds must name it)."""
+        setting = next((a for _, a in recent if a.metric in self.rule.causes), None)
+        if setting is not None:
+            return f"among them a setting ({setting.metric})"
+        top = max((a for _, a in recent), key=_fold)
+        if self.rule.extreme <= 0 or _fold(top) < self.rule.extreme:
+            return "at once"
+        return f"{top.metric} at {fmt(_fold(top))}× its baseline, a jump of orders of magnitude"
 
 
 _SPECIFIC = ("train_inference", "staleness", "routing")
