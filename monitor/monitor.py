@@ -321,7 +321,7 @@ class Monitor:
             (
                 run_health.opened(a, margin)
                 for a in self.store.open_alerts()
-                if a.severity != "info"
+                if run_health.is_precursor(a)
             ),
             default=None,
         )

@@ -189,3 +189,29 @@ def test_an_outcome_falls_episode_begins_where_the_fall_began(tmp_path):
     with RunReader(tmp_path / "r") as reader:  # stored, and read back
         assert [a.since for a in reader.alerts()] == [critical.since]
     mon.close()
+
+
+def test_a_setup_warning_is_not_an_episode_and_leaves_checkpoints_healthy(tmp_path):
+    """A run set up length-normalised is warned at step 1 and the warning stays open (a
+    trainer that cannot be changed from outside). It says how the run is configured, not
+    that it is unwell: no episode starts with it, the checkpoints before a later
+    precursor stay healthy, and a precursor's episode starts where its signal moved."""
+    from monitor.detectors.rules import LENGTH_NORM
+
+    evals = {10: 0.30, 20: 0.40, 30: 0.42, 40: 0.20}
+    mon = Monitor(tmp_path / "r")
+    for step in range(1, 41):
+        values = {"reward/mean": 0.3, LENGTH_NORM: 1.0, "mismatch/kl_k1": 1e-3}
+        if step >= 33:
+            values["mismatch/kl_k1"] = 0.5
+        if step in evals:
+            values["eval/acc"] = evals[step]
+        mon.log(step, values)
+        if step == 30:
+            assert [a.detector for a in mon.store.open_alerts()] == ["length_normalised"]
+            assert mon.episode_start() is None
+    verdict = mon.healthy_checkpoint([10, 20, 30, 40])
+    start = mon.episode_start()
+    mon.close()
+    assert verdict is not None and verdict.step == 30
+    assert start is not None and 30 < start <= 35

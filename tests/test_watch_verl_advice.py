@@ -243,3 +243,93 @@ def test_the_length_norm_and_epochs_fixes_are_verl_keys(tmp_path):
     actor = compose(base + fix.overrides).actor_rollout_ref.actor
     assert actor.loss_agg_mode == "token-mean"
     assert (actor.ppo_epochs, actor.ppo_mini_batch_size) == (1, 32)
+
+
+def _write_jsonl(path: Path, steps: range = range(1, STEPS + 1)) -> Path:
+    """The JSONL file verl's `file` logger writes, for `collapsing_rows` (appended)."""
+    import json
+
+    with path.open("a") as f:
+        for step, row in collapsing_rows():
+            if step in steps:
+                f.write(json.dumps({"step": step, "data": row}) + "\n")
+    return path
+
+
+def test_watch_with_verls_hydra_config_logs_its_settings_and_advises_in_its_numbers(
+    tmp_path, capsys
+):
+    """`minirl watch --verl-config` with the `.hydra/config.yaml` Hydra writes (composed,
+    interpolations unresolved): the settings verl's in-process backend logs are logged
+    with each step, so `length_normalised` warns at step 1; at the breakdown the advice
+    looks in the config's `trainer.default_local_dir`, finds the last healthy checkpoint
+    (the setup warning open since step 1 says how the run is configured, not that it is
+    unwell), and is composed by verl's parser. The watch, resumed without the option,
+    keeps the stored config."""
+    from monitor.detectors.rules import CLIP_ON, LENGTH_NORM, MINI_BATCHES
+
+    ckpt = tmp_path / "checkpoints"
+    for step in CHECKPOINTS:
+        (ckpt / f"global_step_{step}" / "actor").mkdir(parents=True)
+    base = [*LENGTH_NORMALISED_TWO_EPOCHS, f"trainer.default_local_dir={ckpt}"]
+    hydra_file = tmp_path / "outputs" / ".hydra" / "config.yaml"
+    hydra_file.parent.mkdir(parents=True)
+    hydra_file.write_text(OmegaConf.to_yaml(compose(base)))
+    assert "${" in hydra_file.read_text()  # as Hydra writes it: interpolations unresolved
+    log, out = tmp_path / "verl.jsonl", tmp_path / "watched"
+    argv = ["watch", str(log), "--out", str(out), "--once"]
+    _write_jsonl(log, range(1, 31))
+    assert main([*argv, "--verl-config", str(hydra_file)]) == 0
+    _write_jsonl(log, range(31, STEPS + 1))
+    capsys.readouterr()
+    assert main(argv) == 0  # resumed: no --verl-config, the stored one
+    printed = capsys.readouterr().out
+    with RunReader(out) as reader:
+        got = reader.scalars([MINI_BATCHES, CLIP_ON, LENGTH_NORM])
+        setup = [a for a in reader.alerts() if a.detector == "length_normalised"]
+    assert {k: (len(v[0]), set(v[1].tolist())) for k, v in got.items()} == {
+        MINI_BATCHES: (STEPS, {8.0}),  # 4 mini-batches × 2 epochs
+        CLIP_ON: (STEPS, {1.0}),
+        LENGTH_NORM: (STEPS, {1.0}),
+    }
+    assert [(a.step, a.severity) for a in setup] == [(1, "warning")]
+    (advice,) = advice_of(out)
+    assert advice.params["step"] == HEALTHY and f"global_step_{HEALTHY}" in printed
+    actor = compose(base + advice.params["overrides"]).actor_rollout_ref.actor
+    assert actor.loss_agg_mode == "token-mean"  # the fix, in verl's key
+
+
+def test_verl_config_files_read_as_verl_ran_them(tmp_path, capsys):
+    """The W&B layout (every key `{value: ...}`, `_wandb` beside them) reads as the dump it
+    wraps; absolute interpolations resolve as OmegaConf's, inside strings too; a file
+    that is no verl config is one line and exit 2, with nothing stored."""
+    import json
+
+    from monitor.integrations.verl_config import read_verl_config
+
+    config = OmegaConf.to_container(compose(LENGTH_NORMALISED_TWO_EPOCHS), resolve=True)
+    wandb = tmp_path / "files" / "config.yaml"
+    wandb.parent.mkdir()
+    wrapped = {"_wandb": {"value": {"cli_version": "0.19"}}}
+    wrapped.update({k: {"desc": None, "value": v} for k, v in config.items()})
+    wandb.write_text(json.dumps(wrapped))
+    assert read_verl_config(wandb) == config
+    hydra = OmegaConf.to_container(compose(LENGTH_NORMALISED_TWO_EPOCHS), resolve=False)
+    hydra["data"]["train_batch_size"] = "${actor_rollout_ref.actor.ppo_mini_batch_size}"
+    dump = tmp_path / "config.yaml"
+    dump.write_text(OmegaConf.to_yaml(OmegaConf.create(hydra)))
+    read = read_verl_config(dump)
+    assert read["data"]["train_batch_size"] == 16  # the int it points at
+    assert read["trainer"]["default_local_dir"] == config["trainer"]["default_local_dir"]
+    not_verl = tmp_path / "train.yaml"
+    not_verl.write_text("train:\n  lr: 1e-6\n")
+    log = _write_jsonl(tmp_path / "verl.jsonl", range(1, 5))
+    for bad, message in ((not_verl, "no actor_rollout_ref"), (tmp_path / "none.yaml", "none.yaml")):
+        out = tmp_path / f"run_{bad.stem}"
+        capsys.readouterr()
+        assert (
+            main(["watch", str(log), "--out", str(out), "--once", "--verl-config", str(bad)]) == 2
+        )
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+        assert not out.exists()

@@ -176,11 +176,20 @@ class DetectorsConfig:
     """NaN/inf in any scalar (loss, gradients, weights...)."""
 
 
+SETUP_DETECTORS = frozenset(
+    name
+    for name, rule in vars(DetectorsConfig()).items()
+    if isinstance(rule, UnclippedOffPolicyRule | LengthNormRule)
+)
+"""The detectors that judge how a run is set up (setup.py), not how it is doing."""
+
+
 __all__ = [
     "CLIP_ON",
     "MINI_BATCHES",
     "ROLLOUT_BITS",
     "SETTINGS",
+    "SETUP_DETECTORS",
     "BreakdownRule",
     "ChangeRule",
     "DetectorsConfig",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+from monitor.detectors.config import SETUP_DETECTORS
 from monitor.detectors.rules import SETTINGS
 from monitor.remediation.healthy import Intervals, Scores, judge
 from monitor.store.reader import RunReader
@@ -37,10 +38,20 @@ def opened(alert: Alert, onset_margin: int) -> int:
     return margin if alert.since is None else min(margin, alert.since)
 
 
+def is_precursor(alert: Alert) -> bool:
+    """A warning or critical alert on the run's state. A setup rule's warning is neither:
+    it says how the run was configured from its first step, so a checkpoint taken under it
+    can be healthy (the remedy is resuming from before the collapse with the setting
+    fixed, which advice for a trainer that cannot be changed from outside relies on)."""
+    return alert.severity != "info" and alert.detector not in SETUP_DETECTORS
+
+
 def precursors(reader: RunReader, onset_margin: int) -> Intervals:
-    """(opened, cleared or None) of every warning/critical alert (`opened`)."""
+    """(opened, cleared or None) of every precursor alert (`is_precursor`, `opened`)."""
     return [
-        (opened(a, onset_margin), a.cleared_step) for a in reader.alerts(min_severity="warning")
+        (opened(a, onset_margin), a.cleared_step)
+        for a in reader.alerts(min_severity="warning")
+        if is_precursor(a)
     ]
 
 

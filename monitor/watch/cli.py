@@ -9,6 +9,10 @@ continues where it stopped. Ctrl-C or SIGTERM stops it after storing what was re
 It may start before SOURCE exists: it waits for it (wait.py). With `--checkpoints DIR`
 (a verl run's checkpoint folder) a breakdown also prints and stores advice: the last
 healthy `global_step_N` and the resume command (monitor/integrations/verl_advice.py).
+With `--verl-config FILE` (the run's `.hydra/config.yaml`, its W&B `config.yaml`, or a
+dump: verl_config.py) the settings read off it are logged with each step, as verl's
+in-process backend logs them, and the advice is in the run's own numbers (its checkpoint
+folder, `trainer.default_local_dir`, unless `--checkpoints` says otherwise).
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ from monitor.watch.mlflow import PREFIX as MLFLOW_PREFIX
 from monitor.watch.wait import absent, stop_on_signal, wait_for
 
 FORMATS = ("tensorboard", "jsonl", "mlflow", "wandb", "console")
+VERL_CONFIG_KEY = "verl_config"
+"""Run-store meta: the verl config a watch was given (`--verl-config`), kept on resume."""
 
 
 def guess_format(source: str) -> str | None:
@@ -159,15 +165,25 @@ def _print_alert(alert: Any) -> None:
     )
 
 
-def _advising(watcher: Watcher, checkpoints: Path) -> Any:
+def _advising(watcher: Watcher, checkpoints: Path | None, config: dict | None) -> Any:
     """Print each alert, and at a breakdown the advice for the verl run (verl_advice.py)."""
     from monitor.integrations.verl_advice import advise
 
     def on_alert(alert: Any) -> None:
         _print_alert(alert)
-        advise(watcher.mon, alert.step, [alert], None, checkpoints)
+        advise(watcher.mon, alert.step, [alert], config, checkpoints)
 
     return on_alert
+
+
+def _settings(config: dict | None) -> dict[str, float]:
+    """The settings verl's in-process backend logs, read off `config` (none without one)."""
+    if config is None:
+        return {}
+    from monitor.integrations import settings_of
+    from monitor.integrations.verl_advice import controls_from_config
+
+    return settings_of(controls_from_config(config))
 
 
 def open_watch(
@@ -177,11 +193,13 @@ def open_watch(
     run: str | None = None,
     keep_names: bool = False,
     names: dict[str, str] | None = None,
+    verl_config: dict[str, Any] | None = None,
     **monitor_kw: Any,
 ) -> Watcher:
     """A Watcher of `source` into `out`: a new run, or the continuation of the watch of
-    the same source (its read state and pending values restored). `monitor_kw` go to
-    `Monitor` (notifier, prometheus_port...); close with `watcher.mon.close()`."""
+    the same source (its read state, pending values and verl config restored; a config
+    given again replaces the stored one). `monitor_kw` go to `Monitor` (notifier,
+    prometheus_port...); close with `watcher.mon.close()`."""
     fmt = fmt or guess_format(source)
     if fmt is None:
         raise _cannot_tell(source)
@@ -206,13 +224,16 @@ def open_watch(
         if names and kept and names != kept:
             raise UserError(f"{out} is a watch with --map {kept}; resume it with that map or none")
         names = names or kept
-        if not existing:
-            with mon.store.transaction():
+        with mon.store.transaction():
+            if not existing:
                 mon.store.set_meta(SOURCE_KEY, wanted)
+            if verl_config is not None:
+                mon.store.set_meta(VERL_CONFIG_KEY, verl_config)
+        settings = _settings(verl_config or mon.store.meta_json(VERL_CONFIG_KEY))
     except BaseException:
         mon.close()
         raise
-    return Watcher(mon, src, pending, keep_names, names=names)
+    return Watcher(mon, src, pending, keep_names, names=names, settings=settings)
 
 
 def main(argv: list[str]) -> int:
@@ -243,6 +264,12 @@ def main(argv: list[str]) -> int:
         help="a verl run's trainer.default_local_dir: at a breakdown, advise the last healthy "
         "global_step_N in it and the resume command",
     )
+    parser.add_argument(
+        "--verl-config",
+        type=Path,
+        help="the verl run's config (.hydra/config.yaml, W&B files/config.yaml, or a dump): "
+        "log its settings with each step, and advise in its numbers at a breakdown",
+    )
     parser.add_argument("--dashboard", action="store_true", help="also serve the dashboard")
     parser.add_argument("--dashboard-port", type=int, default=8501)
     args = parser.parse_args(argv)
@@ -253,6 +280,11 @@ def main(argv: list[str]) -> int:
     if waiting and not _await_source(args.source, args.out, args.format, args.run, args.poll):
         print(f"minirl watch: stopped before {args.source} appeared; nothing stored", flush=True)
         return 0
+    config = None
+    if args.verl_config is not None:
+        from monitor.integrations.verl_config import read_verl_config
+
+        config = read_verl_config(args.verl_config)
     notifier = _notifier(args.webhook, args.webhook_format, args.out.resolve().name)
     try:
         watcher = open_watch(
@@ -262,6 +294,7 @@ def main(argv: list[str]) -> int:
             args.run,
             args.keep_names,
             parse_name_map(args.map),
+            config,
             prometheus_port=args.prometheus_port,
             notifier=notifier,
         )
@@ -270,8 +303,10 @@ def main(argv: list[str]) -> int:
             notifier.close()
         raise
     watcher.on_alert = _print_alert
-    if args.checkpoints is not None:
-        watcher.on_alert = _advising(watcher, args.checkpoints)
+    config = config or watcher.mon.store.meta_json(VERL_CONFIG_KEY)
+    checkpoints = args.checkpoints or _checkpoint_dir(config)
+    if checkpoints is not None or config is not None:
+        watcher.on_alert = _advising(watcher, checkpoints, config)
     mon, dashboard = watcher.mon, None
     try:
         last = mon.last_step()
@@ -292,6 +327,13 @@ def main(argv: list[str]) -> int:
                 dashboard.wait(timeout=10)
     _summary(watcher, args.out)
     return 0
+
+
+def _checkpoint_dir(config: dict | None) -> Path | None:
+    """verl's `trainer.default_local_dir`, where it saves `global_step_N` (relative to
+    where verl was started; the advice says when nothing is found there)."""
+    where = ((config or {}).get("trainer") or {}).get("default_local_dir")
+    return Path(where) if isinstance(where, str) and "${" not in where else None
 
 
 def _follow(watcher: Watcher, poll_s: float) -> None:

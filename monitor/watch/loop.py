@@ -64,9 +64,13 @@ class Watcher:
         keep_names: bool = False,
         on_alert: Callable[[Alert], None] | None = None,
         names: Mapping[str, str] | None = None,
+        settings: Mapping[str, float] | None = None,
     ) -> None:
         self.mon, self.source, self.keep_names = mon, source, keep_names
         self.names = dict(names or {})  # a user's `--map`, before the peers' names
+        self.settings = dict(settings or {})
+        """The run's fixed settings read off its config (`--verl-config`): logged with
+        each new step, as the in-process adapters do, for the setup and setting rules."""
         self.pending: dict[int, dict[str, float]] = dict(pending or {})
         self.counts = Counts()
         self.on_alert = on_alert
@@ -133,7 +137,8 @@ class Watcher:
                         if not new:
                             continue
                         row = new
-                    alerts += self.mon.log(step, row)
+                    fresh = last is None or step > last
+                    alerts += self.mon.log(step, {**self.settings, **row} if fresh else row)
                     held = self._last[1] if self._last[0] == step else set()
                     self._last = (step, held | row.keys())
                     last, stored = step, stored + 1
