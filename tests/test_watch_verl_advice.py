@@ -257,7 +257,7 @@ def _write_jsonl(path: Path, steps: range = range(1, STEPS + 1)) -> Path:
 
 
 def test_watch_with_verls_hydra_config_logs_its_settings_and_advises_in_its_numbers(
-    tmp_path, capsys
+    tmp_path, capsys, monkeypatch
 ):
     """`minirl watch --verl-config` with the `.hydra/config.yaml` Hydra writes (composed,
     interpolations unresolved): the settings verl's in-process backend logs are logged
@@ -297,6 +297,15 @@ def test_watch_with_verls_hydra_config_logs_its_settings_and_advises_in_its_numb
     assert advice.params["step"] == HEALTHY and f"global_step_{HEALTHY}" in printed
     actor = compose(base + advice.params["overrides"]).actor_rollout_ref.actor
     assert actor.loss_agg_mode == "token-mean"  # the fix, in verl's key
+    # verl's default folder is relative to where verl was started: not found here, said so
+    default = tmp_path / "default.yaml"
+    default.write_text(OmegaConf.to_yaml(compose(LENGTH_NORMALISED_TWO_EPOCHS)))
+    monkeypatch.chdir(tmp_path)  # where verl was not started
+    elsewhere = ["watch", str(log), "--out", str(tmp_path / "w2"), "--once"]
+    assert main([*elsewhere, "--verl-config", str(default)]) == 0
+    printed = capsys.readouterr().out
+    assert "no checkpoint folder checkpoints/" in printed and "--checkpoints DIR" in printed
+    assert "resume_from_path" not in printed
 
 
 def test_verl_config_files_read_as_verl_ran_them(tmp_path, capsys):

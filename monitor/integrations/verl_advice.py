@@ -233,6 +233,11 @@ def advise(
             "trainer.resume_mode=resume_from_path",
             f"trainer.resume_from_path={checkpoint}",
         ]
+    elif ckpt_dir is not None and not Path(ckpt_dir).is_dir():
+        fix.notes.append(
+            f"no checkpoint folder {ckpt_dir} here (a relative trainer.default_local_dir is "
+            "relative to where verl was started; minirl watch --checkpoints DIR names it)"
+        )
     elif not steps:
         where = f"in {ckpt_dir}" if ckpt_dir else "(checkpoint folder unknown)"
         fix.notes.append(
