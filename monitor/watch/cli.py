@@ -276,15 +276,15 @@ def main(argv: list[str]) -> int:
     if args.poll <= 0:
         raise UserError(f"--poll must be > 0 seconds, got {args.poll}")
 
+    config = None
+    if args.verl_config is not None:  # a bad file is said at once, not after a wait
+        from monitor.integrations.verl_config import read_verl_config
+
+        config = read_verl_config(args.verl_config)
     waiting = not args.once and absent(args.source)
     if waiting and not _await_source(args.source, args.out, args.format, args.run, args.poll):
         print(f"minirl watch: stopped before {args.source} appeared; nothing stored", flush=True)
         return 0
-    config = None
-    if args.verl_config is not None:
-        from monitor.integrations.verl_config import read_verl_config
-
-        config = read_verl_config(args.verl_config)
     notifier = _notifier(args.webhook, args.webhook_format, args.out.resolve().name)
     try:
         watcher = open_watch(
@@ -332,7 +332,8 @@ def main(argv: list[str]) -> int:
 def _checkpoint_dir(config: dict | None) -> Path | None:
     """verl's `trainer.default_local_dir`, where it saves `global_step_N` (relative to
     where verl was started; the advice says when nothing is found there)."""
-    where = ((config or {}).get("trainer") or {}).get("default_local_dir")
+    trainer = (config or {}).get("trainer")
+    where = trainer.get("default_local_dir") if isinstance(trainer, dict) else None
     return Path(where) if isinstance(where, str) and "${" not in where else None
 
 
