@@ -342,3 +342,23 @@ def test_verl_config_files_read_as_verl_ran_them(tmp_path, capsys):
         err = capsys.readouterr().err
         assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
         assert not out.exists()
+
+
+def test_import_with_verls_config_logs_its_settings(tmp_path, capsys):
+    """`minirl import --verl-config`, to take apart a finished verl run: the same settings
+    with every step as a watch logs, so `length_normalised` is in the imported run's
+    alerts from step 1; the store says which config was read."""
+    from monitor.detectors.rules import MINI_BATCHES
+
+    config = tmp_path / "config.yaml"
+    config.write_text(OmegaConf.to_yaml(compose(LENGTH_NORMALISED_TWO_EPOCHS)))
+    log, out = _write_jsonl(tmp_path / "verl.jsonl"), tmp_path / "imported"
+    assert main(["import", str(log), "--out", str(out), "--verl-config", str(config)]) == 0
+    assert f"imported {STEPS} steps" in capsys.readouterr().out  # the log's own, counted
+    with RunReader(out) as reader:
+        steps, values = reader.scalars(MINI_BATCHES)[MINI_BATCHES]
+        setup = [(a.step, a.detector) for a in reader.alerts() if a.severity == "warning"]
+        provenance = reader.meta().config
+    assert len(steps) == STEPS and set(values.tolist()) == {8.0}
+    assert setup[0] == (1, "length_normalised")
+    assert provenance["verl_config"] == str(config.resolve())

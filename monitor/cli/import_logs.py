@@ -18,6 +18,7 @@ from pathlib import Path
 from core.errors import UserError
 from monitor.importers import FORMATS, Parsed, guess_format, parse
 from monitor.importers.names import add_map_option, parse_name_map, rename
+from monitor.integrations.verl_config import add_verl_config_option, read_verl_config, verl_settings
 from monitor.store.schema import STORE_FILE
 
 
@@ -130,8 +131,10 @@ def _write_run(
     names: dict[str, str],
     provenance: dict,
     garbage: int,
+    settings: dict[str, float],
 ) -> tuple[int, int, int, int, dict[str, str]]:
-    """One run into a new store at `out`: (steps, values, metrics, alerts, renamed)."""
+    """One run into a new store at `out`: (steps, values, metrics, alerts, renamed);
+    `settings` (read off the run's config) are logged with every step."""
     from monitor.monitor import Monitor
 
     renamed: dict[str, str] = {}
@@ -141,7 +144,7 @@ def _write_run(
     with Monitor(out, config=provenance) as mon:
         mon.event("import", {**provenance, "garbage": garbage, "renamed": renamed})
         for i, step in enumerate(steps, start=1):
-            n_alerts += len(mon.log(step, mapped[step]))
+            n_alerts += len(mon.log(step, {**settings, **mapped[step]}))
             if sys.stderr.isatty() and i % 1000 == 0:
                 print(f"\r  {i}/{len(steps)} steps", end="", file=sys.stderr)
     n_values = sum(len(row) for row in mapped.values())
@@ -173,8 +176,10 @@ def main(argv: list[str]) -> int:
         "--keep-names", action="store_true", help="do not rename peers' metrics onto ours"
     )
     add_map_option(parser)
+    add_verl_config_option(parser)
     args = parser.parse_args(argv)
     names = parse_name_map(args.map)
+    settings = verl_settings(read_verl_config(args.verl_config)) if args.verl_config else {}
 
     parts = [(file, *_read(file, args.format)) for file in args.files]
     runs = merge_runs([(file, parsed) for file, _, parsed in parts], args.run)
@@ -201,9 +206,10 @@ def main(argv: list[str]) -> int:
             "imported_from": ", ".join(sources),
             "format": ", ".join(fmts),
             **({"run": name} if name else {}),
+            **({"verl_config": str(args.verl_config.resolve())} if args.verl_config else {}),
         }
         n_steps, n_values, n_names, n_alerts, got = _write_run(
-            out, rows, args.keep_names, names, provenance, garbage
+            out, rows, args.keep_names, names, provenance, garbage, settings
         )
         renamed.update(got)
         print(

@@ -1,4 +1,5 @@
-"""A verl run's config read from a file, for `minirl watch --verl-config`.
+"""A verl run's config read from a file, for `minirl watch` and `minirl import`'s
+`--verl-config`.
 
 A followed log carries no settings; verl's config does. Three files hold it:
 - Hydra's `.hydra/config.yaml` in the run's output folder (`outputs/<date>/<time>/`): the
@@ -16,6 +17,7 @@ which the readers ignore.
 
 from __future__ import annotations
 
+import argparse
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -40,6 +42,26 @@ def read_verl_config(path: Path) -> dict[str, Any]:
             ".hydra/config.yaml, its W&B files/config.yaml, or a dump of the config verl ran with"
         )
     return _resolved(config, config)
+
+
+def add_verl_config_option(parser: argparse.ArgumentParser, also: str = "") -> None:
+    """`--verl-config FILE`, as `minirl watch` and `minirl import` take it."""
+    parser.add_argument(
+        "--verl-config",
+        type=Path,
+        metavar="FILE",
+        help="a verl run's config (.hydra/config.yaml, W&B files/config.yaml, or a dump): "
+        "log its settings with each step" + (f", {also}" if also else ""),
+    )
+
+
+def verl_settings(config: Mapping[str, Any]) -> dict[str, float]:
+    """The settings verl's in-process backend logs with each step, read off `config`:
+    what `minirl watch` and `minirl import` add to a verl log's steps."""
+    from monitor.integrations import settings_of
+    from monitor.integrations.verl_advice import controls_from_config
+
+    return settings_of(controls_from_config(config))
 
 
 def _is_wandb(config: Mapping[str, Any]) -> bool:

@@ -27,6 +27,7 @@ from typing import Any
 from core.errors import UserError
 from monitor.cli.import_logs import say_counts, say_renamed
 from monitor.importers.names import add_map_option, parse_name_map
+from monitor.integrations.verl_config import add_verl_config_option, read_verl_config, verl_settings
 from monitor.store.reader import RunReader
 from monitor.store.schema import store_path
 from monitor.watch.loop import SOURCE_KEY, STATE_KEY, Watcher
@@ -176,16 +177,6 @@ def _advising(watcher: Watcher, checkpoints: Path | None, config: dict | None) -
     return on_alert
 
 
-def _settings(config: dict | None) -> dict[str, float]:
-    """The settings verl's in-process backend logs, read off `config` (none without one)."""
-    if config is None:
-        return {}
-    from monitor.integrations import settings_of
-    from monitor.integrations.verl_advice import controls_from_config
-
-    return settings_of(controls_from_config(config))
-
-
 def open_watch(
     source: str,
     out: Path,
@@ -229,7 +220,8 @@ def open_watch(
                 mon.store.set_meta(SOURCE_KEY, wanted)
             if verl_config is not None:
                 mon.store.set_meta(VERL_CONFIG_KEY, verl_config)
-        settings = _settings(verl_config or mon.store.meta_json(VERL_CONFIG_KEY))
+        config = verl_config or mon.store.meta_json(VERL_CONFIG_KEY)
+        settings = verl_settings(config) if config else {}
     except BaseException:
         mon.close()
         raise
@@ -264,23 +256,15 @@ def main(argv: list[str]) -> int:
         help="a verl run's trainer.default_local_dir: at a breakdown, advise the last healthy "
         "global_step_N in it and the resume command",
     )
-    parser.add_argument(
-        "--verl-config",
-        type=Path,
-        help="the verl run's config (.hydra/config.yaml, W&B files/config.yaml, or a dump): "
-        "log its settings with each step, and advise in its numbers at a breakdown",
-    )
+    add_verl_config_option(parser, "and advise in its numbers at a breakdown")
     parser.add_argument("--dashboard", action="store_true", help="also serve the dashboard")
     parser.add_argument("--dashboard-port", type=int, default=8501)
     args = parser.parse_args(argv)
     if args.poll <= 0:
         raise UserError(f"--poll must be > 0 seconds, got {args.poll}")
 
-    config = None
-    if args.verl_config is not None:  # a bad file is said at once, not after a wait
-        from monitor.integrations.verl_config import read_verl_config
-
-        config = read_verl_config(args.verl_config)
+    # a bad config file is said at once, not after a wait for the source
+    config = read_verl_config(args.verl_config) if args.verl_config else None
     waiting = not args.once and absent(args.source)
     if waiting and not _await_source(args.source, args.out, args.format, args.run, args.poll):
         print(f"minirl watch: stopped before {args.source} appeared; nothing stored", flush=True)
