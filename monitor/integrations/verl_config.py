@@ -27,8 +27,10 @@ from core.errors import UserError
 from core.safe_yaml import read_yaml_mapping
 
 _REFERENCE = re.compile(r"\$\{([A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)*)\}")
-"""An interpolation that is a whole value and an absolute key path."""
+"""An interpolation of an absolute key path, `${a.b.c}` (not a resolver, not relative)."""
 _MAX_HOPS = 20
+"""References followed from one value before it is left as it is (a cycle)."""
+_MISSING = object()
 
 
 def read_verl_config(path: Path) -> dict[str, Any]:
@@ -96,9 +98,6 @@ def _lookup(value: Any, root: Mapping[str, Any]) -> Any:
             return value
         value = _REFERENCE.sub(lambda m: str(_target(m.group(1), root)), value)
     return value
-
-
-_MISSING = object()
 
 
 def _target(dotted: str, root: Mapping[str, Any]) -> Any:
