@@ -1,10 +1,11 @@
 """Which checkpoints are healthy: measured, not assumed.
 
 A checkpoint is healthy when the run's held-out score at its step is within noise of the
-run's best score so far, and no precursor (a warning or critical alert) was open when it
-was taken. A rollback goes to the latest healthy checkpoint; a run has recovered when its
-score is back within noise of the best it reached before the episode, never relative to
-an evaluation that had already fallen. A run that falls from its first evaluation on has
+run's best score so far, and no precursor (a warning or critical alert on the run's
+state, `run_health.is_precursor`) was open when it was taken. A rollback goes to the
+latest healthy checkpoint; a run has recovered when its score is back within noise of
+the best it reached before the episode, never relative to an evaluation that had
+already fallen. A run that falls from its first evaluation on has
 its first checkpoint as the healthy one (the starting score is its best).
 
 Noise is read from the score series itself (the scatter of successive differences, a
