@@ -321,7 +321,7 @@ class Monitor:
             (
                 run_health.opened(a, margin)
                 for a in self.store.open_alerts()
-                if run_health.is_precursor(a)
+                if run_health.is_precursor(a.severity, a.detector)
             ),
             default=None,
         )

@@ -27,9 +27,9 @@ import numpy as np
 
 from monitor.config import MonitorConfig
 from monitor.detectors import DetectorSet
-from monitor.detectors.config import SETUP_DETECTORS
 from monitor.detectors.rules import ChangeRule, DropRule, LevelRule
 from monitor.remediation.healthy import recovered
+from monitor.remediation.run_health import is_precursor
 from monitor.store.reader import RunReader
 from monitor.store.records import AlertDraft
 
@@ -269,11 +269,7 @@ def recovery_of(
     """The last evaluation judged against the best evaluation before the episode (the
     first warning or critical alert on the run's state: not a setup rule's, which says how
     the run was configured), never against one that had already fallen."""
-    starts = [
-        a["step"]
-        for a in alerts
-        if a["severity"] != "info" and a["detector"] not in SETUP_DETECTORS
-    ]
+    starts = [a["step"] for a in alerts if is_precursor(a["severity"], a["detector"])]
     pairs = [(int(s), float(v)) for s, v in zip(*evals, strict=True) if math.isfinite(v)]
     if not starts or not pairs:
         return None

@@ -18,7 +18,8 @@ from pathlib import Path
 from core.errors import UserError
 from monitor.importers import FORMATS, Parsed, guess_format, parse
 from monitor.importers.names import add_map_option, parse_name_map, rename
-from monitor.integrations.verl_config import add_verl_config_option, read_verl_config, verl_settings
+from monitor.integrations.verl_advice import settings_from_config
+from monitor.integrations.verl_config import add_verl_config_option, read_verl_config
 from monitor.store.schema import STORE_FILE
 
 
@@ -179,7 +180,8 @@ def main(argv: list[str]) -> int:
     add_verl_config_option(parser)
     args = parser.parse_args(argv)
     names = parse_name_map(args.map)
-    settings = verl_settings(read_verl_config(args.verl_config)) if args.verl_config else {}
+    config = read_verl_config(args.verl_config) if args.verl_config else None
+    settings = settings_from_config(config) if config else {}
 
     parts = [(file, *_read(file, args.format)) for file in args.files]
     runs = merge_runs([(file, parsed) for file, _, parsed in parts], args.run)

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from monitor.importers.names import rename
-from monitor.integrations import log, numeric_logs, settings_of, warn_alerts
-from monitor.integrations.verl_advice import advise, controls_from_config
+from monitor.integrations import log, numeric_logs, warn_alerts
+from monitor.integrations.verl_advice import advise, checkpoint_dir, settings_from_config
 from monitor.store.schema import store_path
 
 BACKEND = "minirl"
@@ -57,10 +57,10 @@ class MinirlLogger:
         self.renamed: dict[str, str] = {}
         self._first = True
         self.config = config if isinstance(config, dict) else {}
-        self.settings = settings_of(controls_from_config(self.config)) if self.config else {}
+        self.settings = settings_from_config(self.config) if self.config else {}
         """The run's fixed settings (`settings_of`), logged with each step."""
-        ckpt = (self.config.get("trainer") or {}).get("default_local_dir")
-        self.checkpoints = Path(ckpt).resolve() if isinstance(ckpt, str) and ckpt else None
+        ckpt = checkpoint_dir(self.config)
+        self.checkpoints = ckpt.resolve() if ckpt is not None else None
         """verl's checkpoint folder, resolved where verl resolves it (its working directory)."""
 
     def log(self, data: dict[str, Any], step: int) -> None:

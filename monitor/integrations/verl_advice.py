@@ -27,6 +27,7 @@ from typing import Any
 from core.controls import RunControls
 from core.vocabulary import TIS_CAP
 from monitor.config import MonitorConfig
+from monitor.integrations import settings_of
 from monitor.remediation.healthy import Verdict, last_healthy
 from monitor.remediation.policy import RemediationPolicy
 from monitor.store.records import Action, ActionDraft, Alert
@@ -93,6 +94,19 @@ def controls_from_config(config: Mapping[str, Any] | None) -> RunControls:
             if threshold is not None:
                 out["is_cap"] = float(threshold)
     return RunControls.of(out)
+
+
+def settings_from_config(config: Mapping[str, Any]) -> dict[str, float]:
+    """The settings minirl's trainer logs with each step (`settings_of`), read off verl's
+    config: what the in-process backend, `minirl watch` and `minirl import` log."""
+    return settings_of(controls_from_config(config))
+
+
+def checkpoint_dir(config: Mapping[str, Any] | None) -> Path | None:
+    """verl's `trainer.default_local_dir`, where it saves `global_step_N` (relative to
+    verl's working directory), or None when the config does not say it."""
+    where = _get(config, "trainer.default_local_dir")
+    return Path(where) if isinstance(where, str) and where and "${" not in where else None
 
 
 @dataclass

@@ -57,15 +57,6 @@ def add_verl_config_option(parser: argparse.ArgumentParser, also: str = "") -> N
     )
 
 
-def verl_settings(config: Mapping[str, Any]) -> dict[str, float]:
-    """The settings verl's in-process backend logs with each step, read off `config`:
-    what `minirl watch` and `minirl import` add to a verl log's steps."""
-    from monitor.integrations import settings_of
-    from monitor.integrations.verl_advice import controls_from_config
-
-    return settings_of(controls_from_config(config))
-
-
 def _is_wandb(config: Mapping[str, Any]) -> bool:
     keys = [k for k in config if not k.startswith("_")]
     return bool(keys) and all(isinstance(config[k], Mapping) and "value" in config[k] for k in keys)

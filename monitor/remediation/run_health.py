@@ -38,12 +38,13 @@ def opened(alert: Alert, onset_margin: int) -> int:
     return margin if alert.since is None else min(margin, alert.since)
 
 
-def is_precursor(alert: Alert) -> bool:
-    """A warning or critical alert on the run's state. A setup rule's warning is neither:
+def is_precursor(severity: str, detector: str) -> bool:
+    """An alert of this severity and detector is a warning or critical on the run's state.
+    A setup rule's warning is not:
     it says how the run was configured from its first step, so a checkpoint taken under it
     can be healthy (the remedy is resuming from before the collapse with the setting
     fixed, which advice for a trainer that cannot be changed from outside relies on)."""
-    return alert.severity != "info" and alert.detector not in SETUP_DETECTORS
+    return severity != "info" and detector not in SETUP_DETECTORS
 
 
 def precursors(reader: RunReader, onset_margin: int) -> Intervals:
@@ -51,7 +52,7 @@ def precursors(reader: RunReader, onset_margin: int) -> Intervals:
     return [
         (opened(a, onset_margin), a.cleared_step)
         for a in reader.alerts(min_severity="warning")
-        if is_precursor(a)
+        if is_precursor(a.severity, a.detector)
     ]
 
 

@@ -27,7 +27,8 @@ from typing import Any
 from core.errors import UserError
 from monitor.cli.import_logs import say_counts, say_renamed
 from monitor.importers.names import add_map_option, parse_name_map
-from monitor.integrations.verl_config import add_verl_config_option, read_verl_config, verl_settings
+from monitor.integrations.verl_advice import checkpoint_dir, settings_from_config
+from monitor.integrations.verl_config import add_verl_config_option, read_verl_config
 from monitor.store.reader import RunReader
 from monitor.store.schema import store_path
 from monitor.watch.loop import SOURCE_KEY, STATE_KEY, Watcher
@@ -221,7 +222,7 @@ def open_watch(
             if verl_config is not None:
                 mon.store.set_meta(VERL_CONFIG_KEY, verl_config)
         config = verl_config or mon.store.meta_json(VERL_CONFIG_KEY)
-        settings = verl_settings(config) if config else {}
+        settings = settings_from_config(config) if config else {}
     except BaseException:
         mon.close()
         raise
@@ -287,8 +288,8 @@ def main(argv: list[str]) -> int:
             notifier.close()
         raise
     watcher.on_alert = _print_alert
-    config = config or watcher.mon.store.meta_json(VERL_CONFIG_KEY)
-    checkpoints = args.checkpoints or _checkpoint_dir(config)
+    config = watcher.mon.store.meta_json(VERL_CONFIG_KEY)  # given now, or when started
+    checkpoints = args.checkpoints or checkpoint_dir(config)
     if checkpoints is not None or config is not None:
         watcher.on_alert = _advising(watcher, checkpoints, config)
     mon, dashboard = watcher.mon, None
@@ -311,14 +312,6 @@ def main(argv: list[str]) -> int:
                 dashboard.wait(timeout=10)
     _summary(watcher, args.out)
     return 0
-
-
-def _checkpoint_dir(config: dict | None) -> Path | None:
-    """verl's `trainer.default_local_dir`, where it saves `global_step_N` (relative to
-    where verl was started; the advice says when nothing is found there)."""
-    trainer = (config or {}).get("trainer")
-    where = trainer.get("default_local_dir") if isinstance(trainer, dict) else None
-    return Path(where) if isinstance(where, str) and "${" not in where else None
 
 
 def _follow(watcher: Watcher, poll_s: float) -> None:
