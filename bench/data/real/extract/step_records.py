@@ -12,6 +12,9 @@ the commit named here from a fetched mirror (SOURCES.md has each run):
   RL loop (`tinker_cookbook/rl/train.py`, written by `utils/ml_log.py`), math_rl recipe.
 - agentic-backdoor/agentic-backdoor, `rl-log/*.jsonl`: verl 0.7.1 GRPO runs (file logger),
   read at the last commit holding them (the next one deletes them).
+- sushantmehta-code/tinker-cookbook, `logs_v2{,p3,p7}/metrics.jsonl`:
+  tinker-cookbook's RL loop on a rubric-graded instruction-following recipe, read at the
+  one commit holding them (off the default branch).
 Usage: python step_records.py <owner/name> <mirror git dir> <out dir>
 """
 
@@ -36,6 +39,14 @@ SOURCES = {  # repository -> (commit, [(path, run id)])
         [
             ("rl-log/rl-grpo-qwen3-1.7B-clean.jsonl", "c7_agbackdoor_grpo_q3_1p7b_clean"),
             ("rl-log/rl-debug-run1.jsonl", "c7_agbackdoor_grpo_q3_1p7b_debug1"),
+        ],
+    ),
+    "sushantmehta-code/tinker-cookbook": (
+        "ce374943bea7dbf3436d67b2df3741803625cf49",
+        [
+            ("logs_v2/metrics.jsonl", "p5_tinkerrlvr_q3_4b_v2"),
+            ("logs_v2p3/metrics.jsonl", "p5_tinkerrlvr_q3_4b_v2p3"),
+            ("logs_v2p7/metrics.jsonl", "p5_tinkerrlvr_q3_4b_v2p7"),
         ],
     ),
 }
