@@ -1,0 +1,68 @@
+"""verl's console log, as a training script's stdout saved to a file -> corpus rows.
+
+Source: uqcxu9/qwen2.5_300step_NEW_CONSIS_RESULT (verl `main_ppo` GRPO runs of an economic
+agent, SOURCES.md), `logs/*.log`. verl's console logger prints one line per step, `step:N -
+name:value - ...`, here behind Ray's `(TaskRunner pid=N)` prefix and ANSI colour codes,
+which are stripped; the values are parsed as in verl_wandb_console.py (Python reprs,
+`np.float64(x)` unwrapped), unchanged, non-numbers dropped. The lines are not cut (no W&B
+capture). A file whose scores equal another's is the same run (a copy) and is taken once.
+Usage: python verl_console.py <mirror git dir> <out dir>
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+from _mirror import git, increasing, write_rows
+from verl_wandb_console import number
+
+REPO = "uqcxu9/qwen2.5_300step_NEW_CONSIS_RESULT"
+COMMIT = "96eca073e807f7aac8d9c1f581515f53e25f5a0b"
+RUNS = [  # (path, run id); copies not listed: logs/train_new_reward.log (= train_v2_300steps),
+    # RL/train.log (= logs/rl_train.log)
+    ("logs/grpo_train.log", "v8_econagent_grpo_54"),
+    ("logs/train_300steps.log", "v8_econagent_300steps"),
+    ("logs/train_v2_300steps.log", "v8_econagent_v2"),
+    ("logs/train_v3_reward.log", "v8_econagent_v3"),
+    ("logs/train_v4_reward.log", "v8_econagent_v4"),
+    ("logs/train_v5_reward.log", "v8_econagent_v5"),
+    ("logs/train_v6_reward.log", "v8_econagent_v6"),
+    ("logs/training_v9.log", "v8_econagent_v9"),
+    ("logs/rl_train.log", "v8_econagent_rl_train"),
+]
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+LINE = re.compile(r"^(?:\(\w+ pid=\d+\) )?step:(\d+) - (.*)$", re.M)
+
+
+def rows_of(text: str) -> list[dict]:
+    rows: list[dict] = []
+    for m in LINE.finditer(ANSI.sub("", text)):
+        row: dict = {"step": int(m.group(1))}
+        for item in m.group(2).split(" - "):
+            name, _, raw = item.partition(":")
+            value = number(raw.strip())
+            if value is None or name == "step":
+                continue
+            if name in row and json.dumps(row[name]) != json.dumps(value):
+                raise ValueError(f"step {row['step']}: {name} is {row[name]} and {value}")
+            row[name] = value
+        rows.append(row)
+    return increasing(rows)
+
+
+def main(git_dir: str, out: str) -> None:
+    seen: dict[str, str] = {}
+    for path, run_id in RUNS:
+        rows = rows_of(git(git_dir, "show", f"{COMMIT}:{path}"))
+        scores = json.dumps([r.get("critic/score/mean") for r in rows])
+        if scores in seen:
+            raise ValueError(f"{path}: the same run as {seen[scores]}")
+        seen[scores] = path
+        write_rows(out, run_id, rows)
+        print(f"{run_id}\t{REPO}\t{path}\t{len(rows)} steps\t{COMMIT}")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:3])
