@@ -525,6 +525,28 @@ def test_a_long_stable_noisy_run_does_not_page_as_its_peak_drifts_up():
     assert sum(paged(default, seed) for seed in range(20)) <= 4
 
 
+def test_a_gain_within_the_noise_is_no_gain_to_lose():
+    """A shaped reward that wanders around 0 (negative and positive, σ 0.15 a step) has
+    a smoothed peak a little above 0 by chance; its falling below 0 is no collapse. The
+    same noise around a real gain (0.6) falling to the same level is one."""
+    from monitor.detectors.drop import DropDetector
+
+    noise = np.random.default_rng(3).normal(0.0, 0.15, size=120)
+
+    def first_page(levels: np.ndarray) -> int | None:
+        detector = DropDetector("reward_collapse", CFG.reward_collapse)
+        for t, x in enumerate(levels + noise):
+            if any(isinstance(c, AlertDraft) for c in detector.update(t, {"reward/mean": x})):
+                return t
+        return None
+
+    wander = np.r_[np.full(30, 0.05), np.full(90, -0.15)]
+    assert first_page(wander) is None
+    gained = np.r_[np.linspace(0.05, 0.6, 30), np.full(30, 0.6), np.full(60, -0.15)]
+    page = first_page(gained)
+    assert page is not None and 60 <= page <= 75
+
+
 # ---------------------------------------------------------------------------- breakdown
 def _precursors(n: int = 120, at: int = 80) -> list[dict[str, float]]:
     s = healthy(n, seed=6, on_policy=False)

@@ -64,6 +64,11 @@ TRIED = [
     "warning sooner (`sharpening_drop` 0-0.1 instead of 0.25) changes no lab catch (199/320 "
     "hidden at each); on the public tuning fold 0.05-0.1 change none either, and 0 (every "
     "sharpening move a warning) catches one more collapse at 0.86 warnings per 100.",
+    "- A gain within the noise read as a gain: a shaped reward wandering around 0 (a "
+    "fold-A economic agent's, -0.3 to 0.3 a step) had a smoothed peak of 0.07 at the end of "
+    "the warm-up, and its next dip below 0 read as 279 % of that gain lost: a page. The "
+    "gain must now exceed the same noise guard as the fall; no other run of either fold, "
+    "and no lab run, changes.",
     "- A faster reading of the outcome for sparse logs (an EWMA of α = 0.1 per point loses "
     "half of a fall in ~7 points, 35 steps on a log every 5 steps): the mean of the last 3, "
     "5 or 8 logged rewards judged against the peak, with that mean's noise measured while "

@@ -9,7 +9,9 @@ rewards) that has been lost. Higher is assumed better.
 Warm-up and smoothing count training steps (`DropRule.unit`): a trainer that logs every k
 steps ends its warm-up after as many steps, not k times later. The run's starting level
 counts as a peak, so a run that dies from the start has lost its gain even though the
-warm-up never saw it rise.
+warm-up never saw it rise. Both the fall and the gain must exceed the smoothed outcome's
+noise (`DropDetector.noise_k` σ_e): a shaped reward wandering around 0 has a smoothed peak
+a little above it by chance, and a fall below 0 from there is no collapse.
 """
 
 from __future__ import annotations
@@ -112,10 +114,12 @@ class DropDetector:
         gain, fall = peak - low, peak - self._ewma
         if gain < self.rule.min_peak_gain or self._ewma is None:
             return 0.0
-        if not self._gate.open and not self._noise_known():
+        if self._gate.open:  # an open alert clears on the fall itself
+            return fall / gain
+        if not self._noise_known():
             return 0.0  # an unknown noise is not a zero one: no fall is judged yet
-        significant = self._gate.open or fall >= self.noise_k() * noise
-        return fall / gain if significant else 0.0
+        guard = self.noise_k() * noise  # a gain within it is no gain to lose either
+        return fall / gain if fall >= guard and gain >= guard else 0.0
 
     def _span(self, step: int) -> int:
         """Steps this point stands for: 1 per point (`unit` point, or the first point),

@@ -166,7 +166,8 @@ class DropRule:
     zero: float = 0.0
     """The outcome of a policy that learned nothing (0 for 0/1 rewards)."""
     min_peak_gain: float = 0.05
-    """The peak must exceed `zero` by this much: no collapse from nothing."""
+    """The peak must exceed `zero` by this much: no collapse from nothing (and by the
+    fall's noise guard, `noise_z`/`drawdown_margin`: a gain within the noise is none)."""
     warn_drop: float | None = None
     """Drop that raises a warning (None: the outcome only takes part in the breakdown
     rule, which is where a falling outcome becomes evidence)."""
