@@ -15,8 +15,8 @@ import json
 import re
 import sys
 
+import verl_wandb_console
 from _mirror import git, increasing, write_rows
-from verl_wandb_console import number
 
 REPO = "uqcxu9/qwen2.5_300step_NEW_CONSIS_RESULT"
 COMMIT = "96eca073e807f7aac8d9c1f581515f53e25f5a0b"
@@ -33,23 +33,11 @@ RUNS = [  # (path, run id); copies not listed: logs/train_new_reward.log (= trai
     ("logs/rl_train.log", "v8_econagent_rl_train"),
 ]
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-LINE = re.compile(r"^(?:\(\w+ pid=\d+\) )?step:(\d+) - (.*)$", re.M)
+RAY_PREFIX = re.compile(r"^\(\w+ pid=\d+\) ", re.M)
 
 
 def rows_of(text: str) -> list[dict]:
-    rows: list[dict] = []
-    for m in LINE.finditer(ANSI.sub("", text)):
-        row: dict = {"step": int(m.group(1))}
-        for item in m.group(2).split(" - "):
-            name, _, raw = item.partition(":")
-            value = number(raw.strip())
-            if value is None or name == "step":
-                continue
-            if name in row and json.dumps(row[name]) != json.dumps(value):
-                raise ValueError(f"step {row['step']}: {name} is {row[name]} and {value}")
-            row[name] = value
-        rows.append(row)
-    return increasing(rows)
+    return increasing(verl_wandb_console.rows_of(RAY_PREFIX.sub("", ANSI.sub("", text)), cut=None))
 
 
 def main(git_dir: str, out: str) -> None:

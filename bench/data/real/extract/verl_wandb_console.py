@@ -40,11 +40,13 @@ def number(text: str) -> float | None:
         return None
 
 
-def rows_of(text: str) -> list[dict]:
+def rows_of(text: str, cut: int | None = CUT) -> list[dict]:
+    """One row per `step:N - ...` line; `cut`: the length at which a line was cut (its
+    last item dropped), None for a log written whole."""
     rows: list[dict] = []
     for m in LINE.finditer(text):
         items = m.group(2).split(" - ")
-        if len(m.group(0)) >= CUT:
+        if cut is not None and len(m.group(0)) >= cut:
             items = items[:-1]
         row: dict = {"step": int(m.group(1))}
         for item in items:
