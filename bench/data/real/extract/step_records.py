@@ -3,18 +3,12 @@ logged step (`.json`), or one JSON object a line (`.jsonl`).
 
 A corpus row is one record with its numeric values unchanged (strings, booleans and nulls
 dropped); the record must carry its step under `step`, strictly increasing; verl's file
-logger writes `{"step": N, "data": {...}}`, whose `data` is the record. Sources, each read at
-the commit named here from a fetched mirror (SOURCES.md has each run):
-- upul/grpo-from-scratch, `results/history.json`: the tutorial's GRPO loop
-  (`code/grpo_gsm8k.py`: `log_metrics()` appends one record every `log_every` steps,
-  `save_ckpt()` dumps the list).
-- arvindcr4/tinker-rl-lab, `experiments/results/arithmetic_metrics.jsonl`: tinker-cookbook's
-  RL loop (`tinker_cookbook/rl/train.py`, written by `utils/ml_log.py`), math_rl recipe.
-- agentic-backdoor/agentic-backdoor, `rl-log/*.jsonl`: verl 0.7.1 GRPO runs (file logger),
-  read at the last commit holding them (the next one deletes them).
-- sushantmehta-code/tinker-cookbook, `logs_v2{,p3,p7}/metrics.jsonl`:
-  tinker-cookbook's RL loop on a rubric-graded instruction-following recipe, read at the
-  one commit holding them (off the default branch).
+logger writes `{"step": N, "data": {...}}`, whose `data` is the record. Sources (`SOURCES`,
+each read at the commit named there from a fetched mirror; SOURCES.md has each run): a
+tutorial's GRPO loop (upul/grpo-from-scratch), tinker-cookbook's RL loop
+(arvindcr4/tinker-rl-lab, sushantmehta-code/tinker-cookbook, whose logs are in one commit
+off its default branch), verl 0.7.1 GRPO runs (agentic-backdoor/agentic-backdoor, read at
+the last commit holding them).
 Usage: python step_records.py <owner/name> <mirror git dir> <out dir>
 """
 
