@@ -5,13 +5,13 @@ agent, SOURCES.md), `logs/*.log`. verl's console logger prints one line per step
 name:value - ...`, here behind Ray's `(TaskRunner pid=N)` prefix and ANSI colour codes,
 which are stripped; the values are parsed as in verl_wandb_console.py (Python reprs,
 `np.float64(x)` unwrapped), unchanged, non-numbers dropped. The lines are not cut (no W&B
-capture). A file whose scores equal another's is the same run (a copy) and is taken once.
+capture). `RUNS` names each run once (the copies beside it); a listed file whose scores
+are a prefix of another listed file's is a copy or a resumed run, and stops the script.
 Usage: python verl_console.py <mirror git dir> <out dir>
 """
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 
@@ -41,15 +41,15 @@ def rows_of(text: str) -> list[dict]:
 
 
 def main(git_dir: str, out: str) -> None:
-    seen: dict[str, str] = {}
+    runs = {path: rows_of(git(git_dir, "show", f"{COMMIT}:{path}")) for path, _ in RUNS}
+    scores = {p: [r.get("critic/score/mean") for r in rows] for p, rows in runs.items()}
     for path, run_id in RUNS:
-        rows = rows_of(git(git_dir, "show", f"{COMMIT}:{path}"))
-        scores = json.dumps([r.get("critic/score/mean") for r in rows])
-        if scores in seen:
-            raise ValueError(f"{path}: the same run as {seen[scores]}")
-        seen[scores] = path
-        write_rows(out, run_id, rows)
-        print(f"{run_id}\t{REPO}\t{path}\t{len(rows)} steps\t{COMMIT}")
+        mine = scores[path]
+        longer = [q for q, s in scores.items() if q != path and s[: len(mine)] == mine]
+        if longer:
+            raise ValueError(f"{path}: a prefix of {longer[0]}")
+        write_rows(out, run_id, runs[path])
+        print(f"{run_id}\t{REPO}\t{path}\t{len(runs[path])} steps\t{COMMIT}")
 
 
 if __name__ == "__main__":
