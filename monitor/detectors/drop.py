@@ -6,12 +6,13 @@ the drop is measured as the share of the gain over a know-nothing policy (`zero`
 EWMA's lowest level before the peak when the outcome's scale goes below it: +1/−1
 rewards) that has been lost. Higher is assumed better.
 
-Warm-up and smoothing count training steps (`DropRule.unit`): a trainer that logs every k
-steps ends its warm-up after as many steps, not k times later. The run's starting level
-counts as a peak, so a run that dies from the start has lost its gain even though the
-warm-up never saw it rise. Both the fall and the gain must exceed the smoothed outcome's
-noise (`DropDetector.noise_k` σ_e): a shaped reward wandering around 0 has a smoothed peak
-a little above it by chance, and a fall below 0 from there is no collapse.
+Warm-up counts training steps (`DropRule.unit`): a trainer that logs every k steps ends
+its warm-up after as many steps, not k times later; the EWMA smooths per logged point.
+The run's starting level counts as a peak, so a run that dies from the start has lost
+its gain even though the warm-up never saw it rise. Both the fall and the gain must
+exceed the smoothed outcome's noise (`DropDetector.noise_k` σ_e): a shaped reward
+wandering around 0 has a smoothed peak a little above it by chance, and a fall below 0
+from there is no collapse.
 """
 
 from __future__ import annotations

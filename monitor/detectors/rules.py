@@ -160,9 +160,9 @@ class DropRule:
     which counts as a peak (`unit` step): a run that falls below where it began has lost
     its gain even if it never rose."""
     unit: Literal["step", "point"] = "step"
-    """step: warm-up and smoothing count training steps (a log every k steps, each point a
-    mean over k steps, counts k per point); point: each logged value counts one (an
-    evaluation, whatever its interval)."""
+    """step: the warm-up counts training steps (a log every k steps counts k per point);
+    point: each logged value counts one (an evaluation, whatever its interval). The EWMA
+    smooths per point either way: per step, a sparse log's noisy reward paged stable runs."""
     zero: float = 0.0
     """The outcome of a policy that learned nothing (0 for 0/1 rewards)."""
     min_peak_gain: float = 0.05
