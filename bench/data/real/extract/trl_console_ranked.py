@@ -1,9 +1,9 @@
 """TRL GRPOTrainer console logs whose progress bar cannot give the step -> corpus rows.
 
-Sources (one run each, read at the commit named here from a fetched mirror):
-- wallacexuhanxiao/FinQA-tool-calling-GRPO-GSPO, `logs/agent/train_stage7_grpo_long2400_r32.log`:
-  the captured output of `agent/run_stage7_finqa_grpo_long_pipeline.sh` (max_steps 2400,
-  logging_steps 1, lr 2e-7 decaying linearly to 0, no warmup).
+Sources (read at the commit named here from a fetched mirror; their runs in SOURCES.md):
+- wallacexuhanxiao/FinQA-tool-calling-GRPO-GSPO, `logs/agent/train_stage7_grpo_long2400_r32.log`.
+- aryan-gupta7/round2_sclr, `training/{l1_final,first_l2,first_completion_sample}.txt`:
+  Unsloth runs of a curriculum (levels 1 and 2, and a 100-step first run).
 
 TRL prints the metrics it logs every `logging_steps` updates as a Python dict on one line.
 In these logs the tqdm bar is flushed in blocks (eleven dicts follow the same bar count), so
@@ -23,8 +23,10 @@ import sys
 
 from _mirror import git, write_rows
 
-RUNS = {  # repository -> (commit, path, run id, logging_steps, max_steps, peak lr, warmup)
-    "wallacexuhanxiao/FinQA-tool-calling-GRPO-GSPO": (
+SCLR = ("aryan-gupta7/round2_sclr", "1bf99d9faae5dca7d4ccd71c61410775268e616d")
+RUNS = [  # (repository, commit, path, run id, logging_steps, max_steps, peak lr, warmup)
+    (
+        "wallacexuhanxiao/FinQA-tool-calling-GRPO-GSPO",
         "b5706ab865f5ec919be7c623a2b11eb44ae7cc05",
         "logs/agent/train_stage7_grpo_long2400_r32.log",
         "p4_finqa_grpo_qwen7b_long2400",
@@ -33,7 +35,10 @@ RUNS = {  # repository -> (commit, path, run id, logging_steps, max_steps, peak 
         2e-7,
         0,
     ),
-}
+    (*SCLR, "training/l1_final.txt", "trl_sclr_recall_l1_final", 1, 200, 5e-6, 10),
+    (*SCLR, "training/first_l2.txt", "trl_sclr_recall_first_l2", 1, 200, 5e-6, 10),
+    (*SCLR, "training/first_completion_sample.txt", "trl_sclr_recall_first", 1, 100, 5e-6, 10),
+]
 STEP_DICT = re.compile(r"\{'loss': [^{}]*\}")
 
 
@@ -58,13 +63,14 @@ def rows_of(text: str, every: int, max_steps: int, lr: float, warmup: int) -> li
 
 
 def main(repo: str, git_dir: str, out: str) -> None:
-    if repo not in RUNS:
-        raise SystemExit(f"{repo}: not one of {sorted(RUNS)}")
-    commit, path, run_id, every, max_steps, lr, warmup = RUNS[repo]
-    text = git(git_dir, "show", f"{commit}:{path}")
-    rows = rows_of(text, every, max_steps, lr, warmup)
-    write_rows(out, run_id, rows)
-    print(f"{run_id}\t{repo}\t{path}\t{len(rows)} steps\t{commit}")
+    runs = [run for run in RUNS if run[0] == repo]
+    if not runs:
+        raise SystemExit(f"{repo}: not one of {sorted({run[0] for run in RUNS})}")
+    for _, commit, path, run_id, every, max_steps, lr, warmup in runs:
+        text = git(git_dir, "show", f"{commit}:{path}")
+        rows = rows_of(text, every, max_steps, lr, warmup)
+        write_rows(out, run_id, rows)
+        print(f"{run_id}\t{repo}\t{path}\t{len(rows)} steps\t{commit}")
 
 
 if __name__ == "__main__":
