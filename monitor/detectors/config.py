@@ -119,9 +119,9 @@ class DetectorsConfig:
         min_change=3.0,
         sharpening=True,
     )
-    """Entropy falling to half its baseline or less (the paper's no-IS collapse)."""
+    """Entropy falling to a third of its baseline or less (the paper's no-IS collapse)."""
     entropy_rise: ChangeRule = rise_rule("policy/entropy", "optimisation", R_OPTIM, 1e-4)
-    """Entropy doubling: the policy dissolving into noise."""
+    """Entropy tripling: the policy dissolving into noise."""
     length_rise: ChangeRule = ChangeRule(
         "response/len_mean",
         "optimisation",
@@ -131,7 +131,7 @@ class DetectorsConfig:
         min_change=2.25,
         sharpening=True,
     )
-    """Mean response length ≥ 1.5× its baseline (runaway generations)."""
+    """Mean response length ≥ 2.25× its baseline (runaway generations)."""
     # --- warning: a setting that moved (SETTINGS; read as exact: `setting_rule`)
     lr_rise: ChangeRule = setting_rule("optim/lr", "optimisation", "up", R_OPTIM, fold=1.2)
     """The learning rate ≥ 1.2× its level after warm-up: a schedule that keeps raising it
