@@ -6,8 +6,9 @@ Sources (read at the commit named here from a fetched mirror; their runs in SOUR
   Unsloth runs of a curriculum (levels 1 and 2, and a 100-step first run).
 
 TRL prints the metrics it logs every `logging_steps` updates as a Python dict on one line.
-In these logs the tqdm bar is flushed in blocks (eleven dicts follow the same bar count), so
-the bar cannot date a dict (`trl_console.py` reads the step from it). The step is
+In these logs the tqdm bar cannot date a dict (`trl_console.py` reads the step from it):
+FinQA's is flushed in blocks (eleven dicts follow one count), round2_sclr's count lags a
+dict by one in places. The step is
 `logging_steps` x the dict's rank instead, checked two ways: the log holds exactly
 max_steps / logging_steps dicts and the closing `train_runtime` summary, and each logged
 `learning_rate` equals the one the linear schedule gives at that step (TRL logs the rate
