@@ -14,14 +14,13 @@ Usage: python verl_wandb_console.py <mirror git dir> <out dir>
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import re
 import sys
 from pathlib import Path
 
-from _mirror import git
+from _mirror import git, increasing
 
 REPO = "jianghoucheng/Agent_On_Policy_Distillation"
 COMMIT = "5ce4586b3da5e20c82e0fa2c80f3db11f28fb7d9"
@@ -61,12 +60,6 @@ def rows_of(text: str, cut: int | None = CUT) -> list[dict]:
     return rows
 
 
-def check_steps(rows: list[dict]) -> None:
-    for before, after in itertools.pairwise(rows):
-        if after["step"] <= before["step"]:
-            raise ValueError(f"step {after['step']} after step {before['step']}")
-
-
 def main(git_dir: str, out: str) -> None:
     folders = git(git_dir, "ls-tree", "--name-only", COMMIT, "wandb/").split()
     runs = {}
@@ -78,8 +71,7 @@ def main(git_dir: str, out: str) -> None:
             continue
         rows = rows_of(git(git_dir, "show", f"{COMMIT}:{path}"))
         if sum(OUTCOME in r and math.isfinite(r[OUTCOME]) for r in rows) >= 20:
-            check_steps(rows)
-            runs[path] = rows
+            runs[path] = increasing(rows)
     scores = {p: [r[OUTCOME] for r in rows if OUTCOME in r] for p, rows in runs.items()}
     for path, rows in runs.items():
         mine = scores[path]
