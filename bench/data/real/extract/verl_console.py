@@ -1,36 +1,40 @@
 """verl's console log, as a training script's stdout saved to a file -> corpus rows.
 
-Source: uqcxu9/qwen2.5_300step_NEW_CONSIS_RESULT (verl `main_ppo` GRPO runs of an economic
-agent, SOURCES.md), `logs/*.log`. verl's console logger prints one line per step, `step:N -
-name:value - ...`, here behind Ray's `(TaskRunner pid=N)` prefix and ANSI colour codes,
-which are stripped; the values are parsed as in verl_wandb_console.py (Python reprs,
+Sources (SOURCES.md): uqcxu9/qwen2.5_300step_NEW_CONSIS_RESULT (verl `main_ppo` GRPO runs
+of an economic agent), `logs/*.log`; Zhukewen321/dual-agent-finqa-reasoning (a verl GRPO
+run of a FinQA agent), `train_output.log`. verl's console logger prints one line per step,
+`step:N - name:value - ...`, here behind Ray's `(TaskRunner pid=N)` prefix and ANSI colour
+codes, which are stripped; the values are parsed as in verl_wandb_console.py (Python reprs,
 `np.float64(x)` unwrapped), unchanged, non-numbers dropped. The lines are not cut (no W&B
 capture). `RUNS` names each run once (the copies beside it); a listed file whose scores
-are a prefix of another listed file's is a copy or a resumed run, and stops the script.
-Usage: python verl_console.py <mirror git dir> <out dir>
+are a prefix of another listed file's of the same repository is a copy or a resumed run,
+and stops the script.
+Usage: python verl_console.py <mirror root, holding owner+name/repo> <out dir>
 """
 
 from __future__ import annotations
 
 import re
 import sys
+from pathlib import Path
 
 import verl_wandb_console
 from _mirror import git, increasing, write_rows
 
-REPO = "uqcxu9/qwen2.5_300step_NEW_CONSIS_RESULT"
-COMMIT = "96eca073e807f7aac8d9c1f581515f53e25f5a0b"
-RUNS = [  # (path, run id); copies not listed: logs/train_new_reward.log (= train_v2_300steps),
-    # RL/train.log (= logs/rl_train.log)
-    ("logs/grpo_train.log", "v8_econagent_grpo_54"),
-    ("logs/train_300steps.log", "v8_econagent_300steps"),
-    ("logs/train_v2_300steps.log", "v8_econagent_v2"),
-    ("logs/train_v3_reward.log", "v8_econagent_v3"),
-    ("logs/train_v4_reward.log", "v8_econagent_v4"),
-    ("logs/train_v5_reward.log", "v8_econagent_v5"),
-    ("logs/train_v6_reward.log", "v8_econagent_v6"),
-    ("logs/training_v9.log", "v8_econagent_v9"),
-    ("logs/rl_train.log", "v8_econagent_rl_train"),
+_ECON = ("uqcxu9/qwen2.5_300step_NEW_CONSIS_RESULT", "96eca073e807f7aac8d9c1f581515f53e25f5a0b")
+_FINQA = ("Zhukewen321/dual-agent-finqa-reasoning", "2ff072c9b652812482505be49cd8332a164b6ad7")
+RUNS = [  # ((repo, commit), path, run id); copies not listed: uqcxu9's
+    # logs/train_new_reward.log (= train_v2_300steps), RL/train.log (= logs/rl_train.log)
+    (_ECON, "logs/grpo_train.log", "v8_econagent_grpo_54"),
+    (_ECON, "logs/train_300steps.log", "v8_econagent_300steps"),
+    (_ECON, "logs/train_v2_300steps.log", "v8_econagent_v2"),
+    (_ECON, "logs/train_v3_reward.log", "v8_econagent_v3"),
+    (_ECON, "logs/train_v4_reward.log", "v8_econagent_v4"),
+    (_ECON, "logs/train_v5_reward.log", "v8_econagent_v5"),
+    (_ECON, "logs/train_v6_reward.log", "v8_econagent_v6"),
+    (_ECON, "logs/training_v9.log", "v8_econagent_v9"),
+    (_ECON, "logs/rl_train.log", "v8_econagent_rl_train"),
+    (_FINQA, "train_output.log", "c9_finqa_dualagent_grpo"),
 ]
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 RAY_PREFIX = re.compile(r"^\(\w+ pid=\d+\) ", re.M)
@@ -40,16 +44,21 @@ def rows_of(text: str) -> list[dict]:
     return increasing(verl_wandb_console.rows_of(RAY_PREFIX.sub("", ANSI.sub("", text)), cut=None))
 
 
-def main(git_dir: str, out: str) -> None:
-    runs = {path: rows_of(git(git_dir, "show", f"{COMMIT}:{path}")) for path, _ in RUNS}
-    scores = {p: [r.get("critic/score/mean") for r in rows] for p, rows in runs.items()}
-    for path, run_id in RUNS:
-        mine = scores[path]
-        longer = [q for q, s in scores.items() if q != path and s[: len(mine)] == mine]
+def main(mirrors: str, out: str) -> None:
+    runs = {}
+    for (repo, commit), path, _ in RUNS:
+        git_dir = Path(mirrors, repo.replace("/", "+"), "repo")
+        runs[repo, path] = rows_of(git(git_dir, "show", f"{commit}:{path}"))
+    scores = {key: [r.get("critic/score/mean") for r in rows] for key, rows in runs.items()}
+    for (repo, commit), path, run_id in RUNS:
+        mine = scores[repo, path]
+        longer = [
+            q for (r, q), s in scores.items() if r == repo and q != path and s[: len(mine)] == mine
+        ]
         if longer:
             raise ValueError(f"{path}: a prefix of {longer[0]}")
-        write_rows(out, run_id, runs[path])
-        print(f"{run_id}\t{REPO}\t{path}\t{len(runs[path])} steps\t{COMMIT}")
+        write_rows(out, run_id, runs[repo, path])
+        print(f"{run_id}\t{repo}\t{path}\t{len(runs[repo, path])} steps\t{commit}")
 
 
 if __name__ == "__main__":
