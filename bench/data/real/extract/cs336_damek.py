@@ -36,7 +36,7 @@ RUNS = [  # (corpus id, commit, path)
         "cs336_alignment/outputs/grpo_prompt_ablation.txt",
     ),
 ]
-ROLLOUTS = 256  # rollout_batch_size, the script's default and each log's microbatch total
+ROLLOUTS = 256  # the script's default --rollout_batch_size (and train_batch_size)
 TEST_SET = "data/gsm8k/test.jsonl"  # the script's default --eval_dataset_path
 KEYS = {  # the histogram's keys (utils.count_histogram) -> row names
     "correct with both format and answer reward 1": "hist_format1_answer1",
@@ -55,7 +55,7 @@ HISTOGRAM = re.compile(r"^histogram:  (\{.*\})$")
 PERCENTAGE = re.compile(r"^Percentage of correct examples:  (\S+)$")
 LOOKS_LIKE = ("GRPO Iteration", "histogram", "Percentage of correct")
 # the line each script version prints once per optimizer step
-OPTIMIZER_STEP = ("[MEM cuda:1][after step]", "Taking optimizer step...")
+OPTIMIZER_STEP = ("[MEM cuda:1][after step] ", "Taking optimizer step...")
 
 
 def _histogram(text: str, n: int) -> dict[str, int]:
@@ -82,39 +82,40 @@ def _record(hist: dict[str, int], pct: str, total: int, n: int, prefix: str) -> 
 class _Step:
     def __init__(self, step: int, row: dict) -> None:
         self.step, self.row = step, row
-        self.microbatches: list[tuple[int, int, int]] = []  # (epoch, i, of)
-        self.updates = 0
+        self.microbatches: list[tuple[int, int, int]] = []  # (epoch, i, of) as printed
+        self.updates = 0  # optimizer steps
 
-    def complete(self) -> bool:
-        if not self.microbatches:
+    def trained(self) -> bool:
+        """One epoch of microbatches whose `i` runs 0, s, 2s, ... up to `of`, then one
+        optimizer step (both script versions: train batch = rollout batch)."""
+        mbs = self.microbatches
+        if len(mbs) < 2:
             return False
-        stride = self.microbatches[1][1] if len(self.microbatches) > 1 else 1
-        of = self.microbatches[0][2]
-        want = [(0, i, of) for i in range(0, of, stride)]  # one epoch per rollout batch
-        return self.microbatches == want and len(want) * stride == of
+        of, stride = mbs[0][2], mbs[1][1]
+        want = [(0, i, of) for i in range(0, of, stride)]
+        return stride > 0 and mbs == want and self.updates == 1
 
 
-def rows_of(text: str, test_questions: int) -> tuple[list[dict], int]:
-    """Rows of one log, and the number of evaluations."""
+def rows_of(text: str, test_questions: int) -> tuple[list[dict], int, bool]:
+    """Rows of one log, its number of evaluations, and whether its last iteration trained."""
     steps: list[_Step] = []
     lines = text.split("\n")
     evaluating: int | None = None  # the iteration whose evaluation is being printed
-    samples = 0  # microbatch samples so far, when the log prints them
+    samples, increment = 0, 0  # total_samples_processed so far, when the log prints it
     evals = 0
     for n, line in enumerate(lines, 1):
-        if line in OPTIMIZER_STEP and steps:
+        if line.startswith(OPTIMIZER_STEP) and steps:
             steps[-1].updates += 1
         if not line.startswith(LOOKS_LIKE):
             continue
         if m := MICROBATCH.match(line):
             it, epoch, i, of = (int(g) for g in m.groups()[:4])
-            if not steps or it != steps[-1].step:
+            if not steps or it != steps[-1].step or evaluating is not None:
                 raise ValueError(f"line {n}: microbatch of iteration {it} out of place")
-            mbs = steps[-1].microbatches
-            mbs.append((epoch, i, of))
+            steps[-1].microbatches.append((epoch, i, of))
             if m.group(5) is not None:
-                step_size = mbs[1][1] if len(mbs) > 1 else int(m.group(5))
-                samples += step_size
+                increment = increment or int(m.group(5))  # the microbatch size
+                samples += increment
                 if int(m.group(5)) != samples:
                     raise ValueError(f"line {n}: total_samples_processed {m.group(5)}")
             continue
@@ -122,6 +123,8 @@ def rows_of(text: str, test_questions: int) -> tuple[list[dict], int]:
             it = int(m.group(1))
             if not steps or it != steps[-1].step or evaluating is not None:
                 raise ValueError(f"line {n}: evaluation of iteration {it} out of place")
+            if not steps[-1].trained():
+                raise ValueError(f"line {n}: evaluation before iteration {it} trained")
             if m.group(3) is not None and int(m.group(3)) != samples:
                 raise ValueError(f"line {n}: {m.group(3)} samples, counted {samples}")
             evaluating = it
@@ -133,23 +136,21 @@ def rows_of(text: str, test_questions: int) -> tuple[list[dict], int]:
                 continue  # the fraction of the histogram just read
             raise ValueError(f"line {n}: {line[:80]!r} does not parse")
         hist = _histogram(m.group(1), n)
-        if evaluating is not None:  # the held-out set, after iteration `evaluating`
-            row = steps[-1].row
-            row.update(_record(hist, pct.group(1), test_questions, n, "val_"))
+        if evaluating is not None:  # the held-out set, after iteration `evaluating` trained
+            steps[-1].row.update(_record(hist, pct.group(1), test_questions, n, "val_"))
             evaluating = None
             evals += 1
         else:  # the rollouts of a new iteration, before it trains
-            if steps and not (steps[-1].complete() and steps[-1].updates == 1):
+            if steps and not steps[-1].trained():
                 raise ValueError(f"line {n}: iteration {steps[-1].step} did not finish")
             step = steps[-1].step + 1 if steps else 0  # rises by one from 0
             row = {"step": step} | _record(hist, pct.group(1), ROLLOUTS, n, "")
             steps.append(_Step(step, row))
     if evaluating is not None:
         raise ValueError("an evaluation without its histogram")
-    for s in steps:
-        if s.microbatches and s.microbatches[0][2] not in (ROLLOUTS, ROLLOUTS // 2):
-            raise ValueError(f"iteration {s.step}: {s.microbatches[0][2]} microbatches")
-    return increasing([s.row for s in steps]), evals
+    if not steps:
+        raise ValueError("no iterations")
+    return increasing([s.row for s in steps]), evals, steps[-1].trained()
 
 
 def main(git_dir: str, out: str) -> None:
@@ -164,9 +165,10 @@ def main(git_dir: str, out: str) -> None:
         if blobs != {git(git_dir, "rev-parse", f"{commit}:{path}").strip()}:
             raise ValueError(f"{path}: {len(blobs)} versions in the history")
         questions = len(git(git_dir, "show", f"{commit}:{TEST_SET}").splitlines())
-        rows, evals = rows_of(git(git_dir, "show", f"{commit}:{path}"), questions)
+        rows, evals, last = rows_of(git(git_dir, "show", f"{commit}:{path}"), questions)
         write_rows(out, run_id, rows)
-        print(f"{run_id}\t{path}\t{len(rows)} steps, {evals} evals\t{commit}")
+        cut = "" if last else f" (iteration {rows[-1]['step']}'s training cut short)"
+        print(f"{run_id}\t{path}\t{len(rows)} steps, {evals} evals{cut}\t{commit}")
 
 
 if __name__ == "__main__":

@@ -115,6 +115,13 @@ RUNS = [  # (corpus id, repository, commit, path, earlier versions that must be 
         )
         for tag, folder, last, earlier in _GRPO_CLEAN_2
     ),
+    (  # its checkpoint-{25,50,75} states beside it are of another, 75-step run
+        "c9_text2sql_grpo_3b_1000",
+        "HaoranLuo/text2sql-grpo",
+        "cd1d7bb4e5e0859bcd3f956f21ee1454e92da980",
+        "visualization_1000/trainer_state_1000steps.json",
+        [],
+    ),
 ]
 
 
