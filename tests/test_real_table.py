@@ -78,3 +78,39 @@ def test_a_collapse_is_announced_by_a_health_metric_moving_ten_steps_ahead():
     assert announced(collapse(80, "staleness/mask_frac"))
     assert not announced(collapse(80, "optim/lr"))
     assert not announced(collapse(80, "train/step_time"))
+
+
+def test_the_report_says_whether_fold_a_still_chooses_the_shipped_defaults():
+    """When runs added to fold A after the freeze move its choice, the report says so with
+    both points' numbers, instead of calling the defaults fold A's choice."""
+    from bench.detection.real_table import _frozen_note
+
+    def fold(caught: int, warnings: float) -> dict:
+        return {
+            "collapses": 20,
+            "caught": caught,
+            "stable_held": 100,
+            "stable_exploded": 2,
+            "warnings_per_100_stable_steps": warnings,
+        }
+
+    ours = {"tune": fold(2, 0.25), "report": fold(2, 0.07)}
+    point = {"extreme": 1000.0, "sharpening_drop": 0.25}
+    kept = [
+        {"chosen_on": "tune", "point": point, "frozen_is_this_choice": True},
+        {"chosen_on": "report", "point": point, "frozen_is_this_choice": True},
+    ]
+    assert "the point fold A chose (`folds.FROZEN`)" in _frozen_note(ours, kept)
+    assert "both folds choose the same point" in _frozen_note(ours, kept)
+    moved = {"extreme": 1000.0, "sharpening_drop": 0.0}
+    kept[0] = {
+        "chosen_on": "tune",
+        "point": moved,
+        "frozen_is_this_choice": False,
+        "chooser_totals": fold(3, 0.46),
+        "totals": fold(2, 0.12),
+    }
+    note = _frozen_note(ours, kept)
+    assert "the point fold A chose when they were frozen" in note
+    assert "sharpening_drop 0: 3/20 caught there (the defaults: 2)" in note
+    assert "0.12 warnings per 100 (the defaults: 0.07)" in note

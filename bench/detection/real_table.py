@@ -248,13 +248,34 @@ def section(
 def _frozen_note(ours: dict, swapped: list[dict]) -> str:
     """Which choice the shipped defaults are, and on how much evidence each fold chose."""
     a, b = ours["tune"], ours["report"]
+    by_a = next(d for d in swapped if d["chosen_on"] == "tune")
     same = len({str(d["point"]) for d in swapped}) == 1
-    return (
-        "The shipped defaults are the point fold A chose (`folds.FROZEN`), on "
+    evidence = (
         f"{a['collapses']} collapses and {a['stable_held'] + a['stable_exploded']} stable "
-        f"runs (fold B: {b['collapses']} and {b['stable_held'] + b['stable_exploded']}); "
-        + ("both folds choose the same point. " if same else "fold B chooses another. ")
-        + "The mechanisms themselves (warm-ups in steps, the starting level as a reference, "
+        f"runs (fold B: {b['collapses']} and {b['stable_held'] + b['stable_exploded']})"
+    )
+    if by_a["frozen_is_this_choice"]:
+        choice = (
+            f"The shipped defaults are the point fold A chose (`folds.FROZEN`), on {evidence}; "
+            + ("both folds choose the same point. " if same else "fold B chooses another. ")
+        )
+    else:  # runs added to fold A after the freeze moved its choice
+        p, c, t = by_a["point"], by_a["chooser_totals"], by_a["totals"]
+        choice = (
+            "The shipped defaults (`folds.FROZEN`) are the point fold A chose when they were "
+            f"frozen. On its runs now, {evidence}, with those added since (SOURCES.md marks "
+            f"each), fold A chooses extreme {p['extreme']:g}, sharpening_drop "
+            f"{p['sharpening_drop']:g}: {c['caught']}/{c['collapses']} caught there (the "
+            f"defaults: {a['caught']}), {c['warnings_per_100_stable_steps']} warnings per "
+            f"100 stable steps (the defaults: {a['warnings_per_100_stable_steps']}); on fold "
+            f"B {t['caught']}/{t['collapses']} caught (the defaults: {b['caught']}), "
+            f"{t['warnings_per_100_stable_steps']} warnings per 100 (the defaults: "
+            f"{b['warnings_per_100_stable_steps']}). The defaults are kept: fold B has been "
+            "scored with them in every report since, so a choice made now is not one that "
+            "fold B had no part in. "
+        )
+    return choice + (
+        "The mechanisms themselves (warm-ups in steps, the starting level as a reference, "
         "a zero gradient norm carrying no scale) were designed by reading fold A's streams, "
         "so B → A is a swap of the two parameters, not of the design. One was found on fold "
         "B: a page whose message gave the outcome's noise as ±0 (an unknown noise read as "
