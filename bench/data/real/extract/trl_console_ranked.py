@@ -2,8 +2,7 @@
 
 Sources (read at the commit named here from a fetched mirror; their runs in SOURCES.md):
 - wallacexuhanxiao/FinQA-tool-calling-GRPO-GSPO, `logs/agent/train_stage7_grpo_long2400_r32.log`.
-- aryan-gupta7/round2_sclr, `training/{l1_final,first_l2,first_completion_sample}.txt`:
-  Unsloth runs of a curriculum (levels 1 and 2, and a 100-step first run).
+- aryan-gupta7/round2_sclr, `training/{l1_final,first_l2,first_completion_sample}.txt`.
 - Brennen-Hill/Small-LLM-RLVR-Optimization, two runs' W&B-captured `output.log`: GRPO
   after an SFT phase in the same process (its dicts carry no `reward` and are not steps).
 
