@@ -22,7 +22,7 @@ import ast
 import re
 import sys
 
-from _mirror import git, increasing, write_rows
+from _mirror import git, write_rows
 
 RUNS = [  # (corpus id, commit, path)
     (
@@ -150,7 +150,7 @@ def rows_of(text: str, test_questions: int) -> tuple[list[dict], int, bool]:
         raise ValueError("an evaluation without its histogram")
     if not steps:
         raise ValueError("no iterations")
-    return increasing([s.row for s in steps]), evals, steps[-1].trained()
+    return [s.row for s in steps], evals, steps[-1].trained()
 
 
 def main(git_dir: str, out: str) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import sys
 
-from _mirror import git, increasing, numeric, write_rows
+from _mirror import git, numeric, write_rows
 
 PATH = "grpo_metrics.json"
 ACC, TRAIN_ACC = "accuracies_avg", "train_accuracies_avg"
@@ -59,7 +59,7 @@ def rows_of(text: str, rollouts: int, acc_key: str, rule: str) -> list[dict]:
         if abs(count - round(count)) > 1e-6:
             raise ValueError(f"point {i + 1}: {acc_key} {row[acc_key]} is no whole count")
         rows.append({"step": 10 * i if rule == "0" else 10 * (i + 1), **row})
-    return increasing(rows)
+    return rows
 
 
 def main(git_dir: str, out: str) -> None:

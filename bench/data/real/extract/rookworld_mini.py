@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import sys
 
-from _mirror import git, increasing, numeric, write_rows
+from _mirror import git, numeric, write_rows
 
 PATH = "src/mini/logs/training_history.jsonl"
 COMMIT = "0df4c18d8a44772b02bb6dafd9526459112211e5"
@@ -45,7 +45,7 @@ def runs_of(text: str) -> list[list[dict]]:
         if row.keys() != runs[-1][-1].keys():
             raise ValueError(f"line {n}: keys {sorted(row)} change inside a run")
         runs[-1].append(row)
-    return [increasing(r) for r in runs]
+    return runs
 
 
 def main(git_dir: str, out: str) -> None:
