@@ -7,7 +7,8 @@ logger writes `{"step": N, "data": {...}}`, whose `data` is the record. Sources 
 each read at the commit named there from a fetched mirror; SOURCES.md has each run): a
 tutorial's GRPO loop (upul/grpo-from-scratch), tinker-cookbook's RL loop
 (arvindcr4/tinker-rl-lab, sushantmehta-code/tinker-cookbook, whose logs are in one commit
-off its default branch), verl 0.7.1 GRPO runs (agentic-backdoor/agentic-backdoor, read at
+off its default branch, joanvelja/tinker-cookbook, whose held-out evaluation is a record of
+its own at the step of the training record it precedes or follows), verl 0.7.1 GRPO runs (agentic-backdoor/agentic-backdoor, read at
 the last commit holding them).
 Usage: python step_records.py <owner/name> <mirror git dir> <out dir>
 """
@@ -43,6 +44,15 @@ SOURCES = {  # repository -> (commit, [(path, run id)])
             ("logs_v2p7/metrics.jsonl", "p5_tinkerrlvr_q3_4b_v2p7"),
         ],
     ),
+    "joanvelja/tinker-cookbook": (  # deleted from the default branch after this commit
+        "f59cdda2c2ff5f2cb67b382f1b6fba63a736a3d2",
+        [
+            ("reports/data/gptoss-20b-v2-metrics.jsonl", "c10_omnimath_gptoss20b_v2"),
+            ("reports/data/gptoss-20b-v3b-metrics.jsonl", "c10_omnimath_gptoss20b_v3b"),
+            ("reports/data/qwen3-30b-instruct-v3b-metrics.jsonl", "c10_omnimath_q3_30b_instruct"),
+            ("reports/data/qwen3-30b-think-v3b-metrics.jsonl", "c10_omnimath_q3_30b_think"),
+        ],
+    ),
 }
 
 
@@ -52,7 +62,23 @@ def rows_of(text: str, path: str) -> list[dict]:
     else:
         records = json.loads(text)
     records = [{"step": r["step"], **r["data"]} if "data" in r else r for r in records]
-    return increasing([numeric(obj) for obj in records])
+    return increasing(same_step_joined([numeric(obj) for obj in records]))
+
+
+def same_step_joined(records: list[dict]) -> list[dict]:
+    """Consecutive records of one step made one row, when they share no metric (an
+    evaluation written as its own record beside the step's training record); records that
+    would overwrite each other are left apart, for `increasing` to refuse."""
+    rows: list[dict] = []
+    for record in records:
+        last = rows[-1] if rows else None
+        if last is not None and last["step"] == record["step"] and not (
+            (last.keys() & record.keys()) - {"step"}
+        ):
+            last.update(record)
+        else:
+            rows.append(dict(record))
+    return rows
 
 
 def main(repo: str, git_dir: str, out: str) -> None:
