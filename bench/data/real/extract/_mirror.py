@@ -1,6 +1,6 @@
 """What the extraction scripts share: `git` on a fetched repository's bare mirror, a logged
-record's numbers (strings, booleans and nulls are not metrics), the check that steps rise,
-and the corpus file."""
+record's numbers (strings, booleans and nulls are not metrics), the records of one step
+joined, the check that steps rise, and the corpus file."""
 
 from __future__ import annotations
 
@@ -35,4 +35,22 @@ def increasing(rows: list[dict]) -> list[dict]:
     steps = [r["step"] for r in rows]
     if any(b <= a for a, b in itertools.pairwise(steps)):
         raise ValueError("steps do not rise strictly")
+    return rows
+
+
+def same_step_joined(records: list[dict]) -> list[dict]:
+    """Consecutive records of one step made one row, when they share no metric (an
+    evaluation written as its own record beside the step's training record); records that
+    would overwrite each other are left apart, for `increasing` to refuse."""
+    rows: list[dict] = []
+    for record in records:
+        last = rows[-1] if rows else None
+        if (
+            last is not None
+            and last["step"] == record["step"]
+            and not ((last.keys() & record.keys()) - {"step"})
+        ):
+            last.update(record)
+        else:
+            rows.append(dict(record))
     return rows

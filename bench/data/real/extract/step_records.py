@@ -2,14 +2,14 @@
 logged step (`.json`), or one JSON object a line (`.jsonl`).
 
 A corpus row is one record with its numeric values unchanged (strings, booleans and nulls
-dropped); the record must carry its step under `step`, strictly increasing; verl's file
-logger writes `{"step": N, "data": {...}}`, whose `data` is the record. Sources (`SOURCES`,
-each read at the commit named there from a fetched mirror; SOURCES.md has each run): a
-tutorial's GRPO loop (upul/grpo-from-scratch), tinker-cookbook's RL loop
+dropped); the record must carry its step under `step`, strictly increasing, except that an
+evaluation written as a record of its own is joined to its step's training record; verl's
+file logger writes `{"step": N, "data": {...}}`, whose `data` is the record. Sources
+(`SOURCES`, each read at the commit named there from a fetched mirror; SOURCES.md has each
+run): a tutorial's GRPO loop (upul/grpo-from-scratch), tinker-cookbook's RL loop
 (arvindcr4/tinker-rl-lab, sushantmehta-code/tinker-cookbook, whose logs are in one commit
-off its default branch, joanvelja/tinker-cookbook, whose held-out evaluation is a record of
-its own at the step of the training record it precedes or follows), verl 0.7.1 GRPO runs (agentic-backdoor/agentic-backdoor, read at
-the last commit holding them).
+off its default branch, joanvelja/tinker-cookbook), verl 0.7.1 GRPO runs
+(agentic-backdoor/agentic-backdoor, read at the last commit holding them).
 Usage: python step_records.py <owner/name> <mirror git dir> <out dir>
 """
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import sys
 
-from _mirror import git, increasing, numeric, write_rows
+from _mirror import git, increasing, numeric, same_step_joined, write_rows
 
 SOURCES = {  # repository -> (commit, [(path, run id)])
     "upul/grpo-from-scratch": (
@@ -63,22 +63,6 @@ def rows_of(text: str, path: str) -> list[dict]:
         records = json.loads(text)
     records = [{"step": r["step"], **r["data"]} if "data" in r else r for r in records]
     return increasing(same_step_joined([numeric(obj) for obj in records]))
-
-
-def same_step_joined(records: list[dict]) -> list[dict]:
-    """Consecutive records of one step made one row, when they share no metric (an
-    evaluation written as its own record beside the step's training record); records that
-    would overwrite each other are left apart, for `increasing` to refuse."""
-    rows: list[dict] = []
-    for record in records:
-        last = rows[-1] if rows else None
-        if last is not None and last["step"] == record["step"] and not (
-            (last.keys() & record.keys()) - {"step"}
-        ):
-            last.update(record)
-        else:
-            rows.append(dict(record))
-    return rows
 
 
 def main(repo: str, git_dir: str, out: str) -> None:

@@ -2,13 +2,15 @@
 
 Sources (SOURCES.md): uqcxu9/qwen2.5_300step_NEW_CONSIS_RESULT (verl `main_ppo` GRPO runs
 of an economic agent), `logs/*.log`; Zhukewen321/dual-agent-finqa-reasoning (a verl GRPO
-run of a FinQA agent), `train_output.log`. verl's console logger prints one line per step,
-`step:N - name:value - ...`, here behind Ray's `(TaskRunner pid=N)` prefix and ANSI colour
-codes, which are stripped; the values are parsed as in verl_wandb_console.py (Python reprs,
-`np.float64(x)` unwrapped), unchanged, non-numbers dropped. The lines are not cut (no W&B
-capture). `RUNS` names each run once (the copies beside it); a listed file whose scores
-are a prefix of another listed file's of the same repository is a copy or a resumed run,
-and stops the script.
+run of a FinQA agent), `train_output.log`; eric-haibin-lin/verl-data (verl's own PPO
+baselines on GSM8K, December 2024), `gsm8k/*.log`. verl's console logger prints one line
+per step, `step:N - name:value - ...` (an evaluation before training may be a line of its
+own at step 0, joined to that step's row), behind Ray's `(TaskRunner pid=N)` prefix and
+ANSI colour codes, which are stripped; the values are parsed as in verl_wandb_console.py
+(Python reprs, `np.float64(x)` unwrapped), unchanged, non-numbers dropped. The lines are
+not cut (no W&B capture). `RUNS` names each run once (the copies beside it); a listed file
+whose scores are a prefix of another listed file's of the same repository is a copy or a
+resumed run, and stops the script.
 Usage: python verl_console.py <mirror root, holding owner+name/repo> <out dir>
 """
 
@@ -19,10 +21,12 @@ import sys
 from pathlib import Path
 
 import verl_wandb_console
-from _mirror import git, increasing, write_rows
+from _mirror import git, increasing, same_step_joined, write_rows
 
 _ECON = ("uqcxu9/qwen2.5_300step_NEW_CONSIS_RESULT", "96eca073e807f7aac8d9c1f581515f53e25f5a0b")
 _FINQA = ("Zhukewen321/dual-agent-finqa-reasoning", "2ff072c9b652812482505be49cd8332a164b6ad7")
+_BASELINES = ("eric-haibin-lin/verl-data", "f07af3291bd1c87fe8a7301cc3b883c0d2572720")
+_QWEN = "gsm8k/Qwen2.5-0.5B"
 RUNS = [  # ((repo, commit), path, run id); copies not listed: uqcxu9's
     # logs/train_new_reward.log (= train_v2_300steps), RL/train.log (= logs/rl_train.log)
     (_ECON, "logs/grpo_train.log", "v8_econagent_grpo_54"),
@@ -35,13 +39,21 @@ RUNS = [  # ((repo, commit), path, run id); copies not listed: uqcxu9's
     (_ECON, "logs/training_v9.log", "v8_econagent_v9"),
     (_ECON, "logs/rl_train.log", "v8_econagent_rl_train"),
     (_FINQA, "train_output.log", "c9_finqa_dualagent_grpo"),
+    (_BASELINES, f"{_QWEN}-bsz256_2-prompt1024-resp512-0.567.log", "c10_verlppo_q05b_r512"),
+    (_BASELINES, f"{_QWEN}-bsz256_2-prompt512-resp256-0.538.log", "c10_verlppo_q05b_r256"),
+    (
+        _BASELINES,
+        "gsm8k/gemma-2-2b-it-ppo-bsz512_4-prompt1024-resp-512-0.640.log",
+        "c10_verlppo_gemma2_2b",
+    ),
 ]
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 RAY_PREFIX = re.compile(r"^\(\w+ pid=\d+\) ", re.M)
 
 
 def rows_of(text: str) -> list[dict]:
-    return increasing(verl_wandb_console.rows_of(RAY_PREFIX.sub("", ANSI.sub("", text)), cut=None))
+    lines = verl_wandb_console.rows_of(RAY_PREFIX.sub("", ANSI.sub("", text)), cut=None)
+    return increasing(same_step_joined(lines))
 
 
 def main(mirrors: str, out: str) -> None:
