@@ -9,7 +9,8 @@ file logger writes `{"step": N, "data": {...}}`, whose `data` is the record. Sou
 run): a tutorial's GRPO loop (upul/grpo-from-scratch), tinker-cookbook's RL loop
 (arvindcr4/tinker-rl-lab, sushantmehta-code/tinker-cookbook, whose logs are in one commit
 off its default branch, joanvelja/tinker-cookbook), verl 0.7.1 GRPO runs
-(agentic-backdoor/agentic-backdoor, read at the last commit holding them).
+(agentic-backdoor/agentic-backdoor, read at the last commit holding them), a CS336 GRPO and
+DAPO loop (desirepathh/assignment5-alignment, whose step is `iteration`).
 Usage: python step_records.py <owner/name> <mirror git dir> <out dir>
 """
 
@@ -20,7 +21,8 @@ import sys
 
 from _mirror import git, increasing, numeric, same_step_joined, write_rows
 
-SOURCES = {  # repository -> (commit, [(path, run id)])
+_DESIRE_FIRST = "d4ef575b73c4278689651f2f7fd0e05b163e33f7"  # the first GRPO run, overwritten
+SOURCES = {  # repository -> (commit, [(path, run id) or (path, run id, its own commit)])
     "upul/grpo-from-scratch": (
         "8f5bf898892fbf9f4caf2c080ac1ef3a9ba340eb",
         [("results/history.json", "p4_upulgrpo_qwen15b_gsm8k")],
@@ -53,24 +55,39 @@ SOURCES = {  # repository -> (commit, [(path, run id)])
             ("reports/data/qwen3-30b-think-v3b-metrics.jsonl", "c10_omnimath_q3_30b_think"),
         ],
     ),
+    "desirepathh/assignment5-alignment": (
+        "d789558c359bfa6033c3198fba9d6d3ca113293b",
+        [
+            ("output/grpo/training_log.jsonl", "c10_desire_grpo_first", _DESIRE_FIRST),
+            ("output/grpo/training_log.jsonl", "c10_desire_grpo_add"),
+            ("output/grpo_v2/training_log.jsonl", "c10_desire_grpo_v2"),
+            ("output/dapo/training_log.jsonl", "c10_desire_dapo"),
+            ("output/dapo_v2/training_log.jsonl", "c10_desire_dapo_v2"),
+        ],
+    ),
 }
+STEP_KEYS = {"desirepathh/assignment5-alignment": "iteration"}  # else `step`
 
 
-def rows_of(text: str, path: str) -> list[dict]:
+def rows_of(text: str, path: str, step_key: str = "step") -> list[dict]:
     if path.endswith(".jsonl"):
         records = [json.loads(line) for line in text.splitlines() if line.strip()]
     else:
         records = json.loads(text)
     records = [{"step": r["step"], **r["data"]} if "data" in r else r for r in records]
+    if step_key != "step":
+        records = [{"step": r.pop(step_key), **r} for r in records]
     return increasing(same_step_joined([numeric(obj) for obj in records]))
 
 
 def main(repo: str, git_dir: str, out: str) -> None:
     if repo not in SOURCES:
         raise SystemExit(f"{repo}: not one of {sorted(SOURCES)}")
-    commit, runs = SOURCES[repo]
-    for path, run_id in runs:
-        rows = rows_of(git(git_dir, "show", f"{commit}:{path}"), path)
+    default, runs = SOURCES[repo]
+    for path, run_id, *own in runs:
+        commit = own[0] if own else default
+        text = git(git_dir, "show", f"{commit}:{path}")
+        rows = rows_of(text, path, STEP_KEYS.get(repo, "step"))
         write_rows(out, run_id, rows)
         print(f"{run_id}\t{repo}\t{path}\t{len(rows)} steps\t{commit}")
 
