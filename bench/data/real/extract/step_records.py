@@ -10,14 +10,16 @@ run): a tutorial's GRPO loop (upul/grpo-from-scratch), tinker-cookbook's RL loop
 (arvindcr4/tinker-rl-lab, sushantmehta-code/tinker-cookbook, whose logs are in one commit
 off its default branch, joanvelja/tinker-cookbook), verl 0.7.1 GRPO runs
 (agentic-backdoor/agentic-backdoor, read at the last commit holding them), a CS336 GRPO and
-DAPO loop (desirepathh/assignment5-alignment, whose step is `iteration`).
-Usage: python step_records.py <owner/name> <mirror git dir> <out dir>
+DAPO loop (desirepathh/assignment5-alignment, whose step is `iteration`), another
+(lenardst/assignment5-alignment, copied: no snapshot).
+Usage: python step_records.py <owner/name> <mirror git dir, or folder of copies> <out dir>
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 from _mirror import git, increasing, numeric, same_step_joined, write_rows
 
@@ -55,6 +57,13 @@ SOURCES = {  # repository -> (commit, [(path, run id) or (path, run id, its own 
             ("reports/data/qwen3-30b-think-v3b-metrics.jsonl", "c10_omnimath_q3_30b_think"),
         ],
     ),
+    "lenardst/assignment5-alignment": (  # no snapshot: copies read with `read_file`
+        "8f47a9457f06eac841e43852c3429b0b1235309d",
+        [
+            (f"experiments/grpo_standard_on_policy/seed{k}/metrics.jsonl", f"c10_lenardst_seed{k}")
+            for k in range(4)
+        ],
+    ),
     "desirepathh/assignment5-alignment": (
         "d789558c359bfa6033c3198fba9d6d3ca113293b",
         [
@@ -80,13 +89,17 @@ def rows_of(text: str, path: str, step_key: str = "step") -> list[dict]:
     return increasing(same_step_joined([numeric(obj) for obj in records]))
 
 
-def main(repo: str, git_dir: str, out: str) -> None:
+def main(repo: str, source: str, out: str) -> None:
+    """`source`: a fetched mirror's git dir, or a folder of the files copied at the commits
+    `SOURCES` names (a repository with no snapshot, read page by page, each copy checked
+    against the stored length)."""
     if repo not in SOURCES:
         raise SystemExit(f"{repo}: not one of {sorted(SOURCES)}")
     default, runs = SOURCES[repo]
     for path, run_id, *own in runs:
         commit = own[0] if own else default
-        text = git(git_dir, "show", f"{commit}:{path}")
+        mirror = Path(source, "HEAD").is_file()
+        text = git(source, "show", f"{commit}:{path}") if mirror else Path(source, path).read_text()
         rows = rows_of(text, path, STEP_KEYS.get(repo, "step"))
         write_rows(out, run_id, rows)
         print(f"{run_id}\t{repo}\t{path}\t{len(rows)} steps\t{commit}")
