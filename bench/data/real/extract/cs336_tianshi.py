@@ -75,7 +75,7 @@ def rows_of(text: str) -> list[dict]:
                 raise ValueError(f"line {n}: eval_acc {acc} is not the right-right count")
             rows[-1] |= {"eval_acc": acc, **counts}
             counts = {}
-        elif "new best eval_acc" not in line:
+        else:
             raise ValueError(f"line {n}: does not parse: {line[:80]}")
     if rows and "reward" not in rows[-1]:
         rows.pop()  # a batch generated, not trained: the log ends in it

@@ -76,6 +76,10 @@ SOURCES = {  # repository -> (commit, [(path, run id) or (path, run id, its own 
     ),
 }
 STEP_KEYS = {"desirepathh/assignment5-alignment": "iteration"}  # else `step`
+COPY_CHARS = {  # a copy's length must be the stored file's, as `read_file` gave it
+    f"experiments/grpo_standard_on_policy/seed{k}/metrics.jsonl": n
+    for k, n in enumerate((56698, 56868, 55874, 55749))
+}
 
 
 def rows_of(text: str, path: str, step_key: str = "step") -> list[dict]:
@@ -96,10 +100,15 @@ def main(repo: str, source: str, out: str) -> None:
     if repo not in SOURCES:
         raise SystemExit(f"{repo}: not one of {sorted(SOURCES)}")
     default, runs = SOURCES[repo]
+    mirror = Path(source, "HEAD").is_file()
     for path, run_id, *own in runs:
         commit = own[0] if own else default
-        mirror = Path(source, "HEAD").is_file()
-        text = git(source, "show", f"{commit}:{path}") if mirror else Path(source, path).read_text()
+        if mirror:
+            text = git(source, "show", f"{commit}:{path}")
+        else:
+            text = Path(source, path).read_text(encoding="utf-8")
+            if len(text) != COPY_CHARS[path]:
+                raise ValueError(f"{path}: {len(text)} characters, stored {COPY_CHARS[path]}")
         rows = rows_of(text, path, STEP_KEYS.get(repo, "step"))
         write_rows(out, run_id, rows)
         print(f"{run_id}\t{repo}\t{path}\t{len(rows)} steps\t{commit}")

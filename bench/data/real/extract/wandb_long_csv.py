@@ -18,7 +18,7 @@ import io
 import sys
 from collections import defaultdict
 
-from _mirror import git, increasing, write_rows
+from _mirror import git, write_rows
 
 REPO, COMMIT = "garg-aayush/building-from-scratch", "714e4ca1f7923d9e603cf2c7567a026971cc216d"
 FOLDER = "grpo/results"
@@ -51,7 +51,7 @@ def rows_of(run: str, metrics: dict[str, dict[int, list[float]]]) -> list[dict]:
             if len(values) != want:
                 raise ValueError(f"{run} {metric} at {step}: {len(values)} values, not {want}")
             steps[step][metric] = sum(values) / len(values)
-    return increasing([{"step": s, **steps[s]} for s in sorted(steps)])
+    return [{"step": s, **steps[s]} for s in sorted(steps)]
 
 
 def main(git_dir: str, out: str) -> None:
