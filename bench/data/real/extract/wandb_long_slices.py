@@ -88,7 +88,8 @@ def block(folder: Path, run_id: str, metric: str) -> list[tuple[int, int, float]
     if len(text) != end - start:
         raise ValueError(f"{path}: {len(text)} characters, read from {end - start}")
     rows = list(csv.reader(text.splitlines()))
-    if len(rows) != count or any(len(r) != FIELDS or r[1:6:4] != [run_id, metric] for r in rows):
+    wrong = [r for r in rows if len(r) != FIELDS or (r[1], r[5]) != (run_id, metric)]
+    if len(rows) != count or wrong:
         raise ValueError(f"{path}: not {count} rows of {run_id} {metric}")
     out = [(int(r[6]), int(r[7]), float(r[8])) for r in rows]
     if [logical for _, logical, _ in out] != list(range(1, count + 1)):
