@@ -73,6 +73,8 @@ SLICES = {  # run id -> (corpus id, {metric: (start, end, rows)}: characters [st
             "train/answer_reward": (13116188, 13161817, 400),
             "train/entropy": (13350644, 13396341, 400),
             "train/gradient_norm": (13581219, 13628898, 400),
+            "train/clip_fraction": (13229572, 13277629, 400),
+            "train_step": (13922383, 13963616, 400),
         },
     ),
 }
