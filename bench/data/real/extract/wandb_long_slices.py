@@ -10,7 +10,7 @@ and each copy is checked here against the character range it was read from (`SLI
 W&B's step counts the training logs and the evaluations together; a training row's step is
 its rank in the run's block (`logical_step`, which equals the run's own `train_step`
 where that was copied), and an evaluation joins the last training step logged before it.
-Usage: python wandb_long_slices.py <folder of copies> <out dir>
+Usage: python wandb_long_slices.py <folder of copies> <out dir> [run id ...] (all by default)
 """
 
 from __future__ import annotations
@@ -61,6 +61,20 @@ SLICES = {  # run id -> (corpus id, {metric: (start, end, rows)}: characters [st
             "train/entropy": (4949843, 4973398, 200),
             "train/gradient_norm": (4996925, 5021362, 200),
             "train_step": (5067904, 5089167, 200),
+        },
+    ),
+    "j9frkcon": (
+        "c11_wedson_ep4_bs256",
+        {
+            "eval/answer_reward": (10596412, 10596996, 5),
+            "eval/response_length": (10597588, 10598188, 5),
+            "eval/total_reward": (10598188, 10598767, 5),
+            "eval_step": (10598767, 10599265, 5),
+            "train/answer_reward": (10599265, 10622443, 200),
+            "train/entropy": (10646331, 10669271, 200),
+            "train/gradient_norm": (10692435, 10716216, 200),
+            "train/clip_fraction": (10622443, 10646331, 200),
+            "train_step": (10761456, 10782108, 200),
         },
     ),
     "0tphuooo": (  # the first 400 of its 1005 training rows
@@ -123,12 +137,14 @@ def rows_of(folder: Path, run_id: str) -> list[dict]:
     return [{"step": s, **steps[s]} for s in sorted(steps)]
 
 
-def main(folder: str, out: str) -> None:
+def main(folder: str, out: str, *run_ids: str) -> None:
     for run_id, (corpus_id, _) in SLICES.items():
+        if run_ids and run_id not in run_ids:
+            continue
         rows = rows_of(Path(folder), run_id)
         write_rows(out, corpus_id, rows)
         print(f"{corpus_id}\t{REPO}\t{run_id}\t{len(rows)} steps\t{COMMIT}")
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    main(*sys.argv[1:])
