@@ -77,6 +77,20 @@ SLICES = {  # run id -> (corpus id, {metric: (start, end, rows)}: characters [st
             "train_step": (10761456, 10782108, 200),
         },
     ),
+    "55ui37pa": (
+        "c11_wedson_ep4_bs512",
+        {
+            "eval/answer_reward": (10782108, 10782697, 5),
+            "eval/response_length": (10783287, 10783888, 5),
+            "eval/total_reward": (10783888, 10784472, 5),
+            "eval_step": (10784472, 10784968, 5),
+            "train/answer_reward": (10784968, 10796437, 100),
+            "train/entropy": (10808144, 10819508, 100),
+            "train/gradient_norm": (10831003, 10842861, 100),
+            "train/clip_fraction": (10796437, 10808144, 100),
+            "train_step": (10865031, 10875201, 100),
+        },
+    ),
     "0tphuooo": (  # the first 400 of its 1005 training rows
         "c11_wedson_ep6_bs64",
         {
