@@ -91,6 +91,19 @@ SLICES = {  # run id -> (corpus id, {metric: (start, end, rows)}: characters [st
             "train_step": (10865031, 10875201, 100),
         },
     ),
+    "bsmsuzyq": (  # the first 1000 of its 2400 training rows
+        "c11_wedson_ep6_bs32",
+        {
+            "eval/answer_reward": (10875201, 10875793, 5),
+            "eval/response_length": (10876388, 10876989, 5),
+            "eval/total_reward": (10876989, 10877576, 5),
+            "eval_step": (10877576, 10878079, 5),
+            "train/answer_reward": (10878079, 10993866, 1000),
+            "train/entropy": (11454769, 11570337, 1000),
+            "train/gradient_norm": (12017880, 12137299, 1000),
+            "train/clip_fraction": (11160147, 11281618, 1000),
+        },
+    ),
     "0tphuooo": (  # the first 400 of its 1005 training rows
         "c11_wedson_ep6_bs64",
         {
@@ -107,7 +120,8 @@ SLICES = {  # run id -> (corpus id, {metric: (start, end, rows)}: characters [st
     ),
 }
 FIELDS = 11
-CUT = {"0tphuooo"}  # copied in part: an evaluation after its last copied row is not taken
+CUT = {"0tphuooo", "bsmsuzyq"}
+"""Runs copied in part: an evaluation after the last copied training row is not taken."""
 
 
 def block(folder: Path, run_id: str, metric: str) -> list[tuple[int, int, float]]:
