@@ -10,8 +10,8 @@ run): a tutorial's GRPO loop (upul/grpo-from-scratch), tinker-cookbook's RL loop
 (arvindcr4/tinker-rl-lab, sushantmehta-code/tinker-cookbook, whose logs are in one commit
 off its default branch, joanvelja/tinker-cookbook), verl 0.7.1 GRPO runs
 (agentic-backdoor/agentic-backdoor, read at the last commit holding them), a CS336 GRPO and
-DAPO loop (desirepathh/assignment5-alignment, whose step is `iteration`), another
-(lenardst/assignment5-alignment, copied: no snapshot).
+DAPO loop (desirepathh/assignment5-alignment, whose step is `iteration`), two more
+(lenardst/ and sandyhu533/assignment5-alignment, copied: no snapshot).
 Usage: python step_records.py <owner/name> <mirror git dir, or folder of copies> <out dir>
 """
 
@@ -24,6 +24,28 @@ from pathlib import Path
 from _mirror import git, increasing, numeric, same_step_joined, write_rows
 
 _DESIRE_FIRST = "d4ef575b73c4278689651f2f7fd0e05b163e33f7"  # the first GRPO run, overwritten
+_SANDY_ON = "881cf6746162b809fdf8b21ecc3710e549ef763a"  # the on-policy runs' own commit
+_SANDY = [  # (folder under grpo_runs/, run id after c12_sandy_, stored characters[, commit])
+    ("offpolicy/clip/2026-06-14_23-51-35/seed_0", "offpolicy_clip", 63348),
+    ("offpolicy/gspo/2026-06-15_00-12-35/seed_0", "offpolicy_gspo", 63302),
+    ("offpolicy/naive/2026-06-14_23-06-02/seed_0", "offpolicy_naive", 61991),
+    ("offpolicy/noclip/2026-06-14_23-29-17/seed_0", "offpolicy_noclip", 61957),
+    ("onpolicy/lr_sweep/lr_3e-5/2026-06-14_06-50-29/seed_0", "lr3em5", 46194, _SANDY_ON),
+    ("onpolicy/lr_sweep/lr_3e-6/2026-06-14_06-38-25/seed_0", "lr3em6", 52917, _SANDY_ON),
+    ("onpolicy/prompt/question_only/2026-06-14_07-07-00/seed_0", "question_only", 50133, _SANDY_ON),
+    (
+        "onpolicy/prompt/r1_zero_three_shot/2026-06-14_07-26-04/seed_0",
+        "r1_zero_3shot",
+        64149,
+        _SANDY_ON,
+    ),
+    ("onpolicy/standard/2026-06-14_05-58-54/seed_0", "standard_seed0", 59021, _SANDY_ON),
+    ("onpolicy/standard/2026-06-14_05-58-54/seed_1", "standard_seed1", 60585, _SANDY_ON),
+    ("onpolicy/variants/Dr_GRPO/2026-06-14_22-07-48/seed_0", "dr_grpo", 58146),
+    ("onpolicy/variants/GRPO_constant/2026-06-14_21-49-05/seed_0", "grpo_constant", 61362),
+    ("onpolicy/variants/MaxRL/2026-06-14_22-43-41/seed_0", "maxrl", 61005),
+    ("onpolicy/variants/RFT/2026-06-14_22-26-16/seed_0", "rft", 58207),
+]
 SOURCES = {  # repository -> (commit, [(path, run id) or (path, run id, its own commit)])
     "upul/grpo-from-scratch": (
         "8f5bf898892fbf9f4caf2c080ac1ef3a9ba340eb",
@@ -64,6 +86,10 @@ SOURCES = {  # repository -> (commit, [(path, run id) or (path, run id, its own 
             for k in range(4)
         ],
     ),
+    "sandyhu533/assignment5-alignment": (  # no snapshot: copies read with `read_file`
+        "e7dd55ad7352bba72030929b9451b25c4d0d6c36",
+        [(f"grpo_runs/{d}/metrics.jsonl", f"c12_sandy_{r}", *own) for d, r, _, *own in _SANDY],
+    ),
     "desirepathh/assignment5-alignment": (
         "d789558c359bfa6033c3198fba9d6d3ca113293b",
         [
@@ -79,7 +105,7 @@ STEP_KEYS = {"desirepathh/assignment5-alignment": "iteration"}  # else `step`
 COPY_CHARS = {  # a copy's length must be the stored file's, as `read_file` gave it
     f"experiments/grpo_standard_on_policy/seed{k}/metrics.jsonl": n
     for k, n in enumerate((56698, 56868, 55874, 55749))
-}
+} | {f"grpo_runs/{d}/metrics.jsonl": n for d, _, n, *_ in _SANDY}
 
 
 def rows_of(text: str, path: str, step_key: str = "step") -> list[dict]:
@@ -90,6 +116,8 @@ def rows_of(text: str, path: str, step_key: str = "step") -> list[dict]:
     records = [{"step": r["step"], **r["data"]} if "data" in r else r for r in records]
     if step_key != "step":
         records = [{"step": r.pop(step_key), **r} for r in records]
+    if records and records[-1]["step"] == "summary":  # a run's closing timings, no step
+        records = records[:-1]
     return increasing(same_step_joined([numeric(obj) for obj in records]))
 
 
