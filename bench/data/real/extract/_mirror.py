@@ -17,6 +17,13 @@ def git(git_dir: str | Path, *args: str) -> str:
     ).stdout
 
 
+def git_bytes(git_dir: str | Path, *args: str) -> bytes:
+    """The same output, as bytes: a binary blob, unread as text."""
+    return subprocess.run(
+        ["git", "--git-dir", str(git_dir), *args], capture_output=True, check=True
+    ).stdout
+
+
 def numeric(record: dict) -> dict:
     """The record's int and float values, unchanged; everything else dropped."""
     return {

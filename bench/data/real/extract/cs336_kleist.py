@@ -50,6 +50,11 @@ def runs_of(folder: Path, name: str) -> list[list[dict]]:
     return runs
 
 
+def values(record: dict) -> dict:
+    """A record's numbers but its step counters (the row's step says it once)."""
+    return {k: v for k, v in numeric(record).items() if not k.endswith("_step")}
+
+
 def main(folder: str, out: str) -> None:
     rollouts, trains, evals = (
         runs_of(Path(folder), f"{kind}_metrics.jsonl") for kind in ("rollout", "train", "eval")
@@ -66,21 +71,15 @@ def main(folder: str, out: str) -> None:
             raise ValueError(f"run {i}: rollout and training steps differ or skip")
         if len(steps) - len(trained) > 1:  # a run stopped between a rollout and its update
             raise ValueError(f"run {i}: {len(steps) - len(trained)} rollouts without an update")
-        rows = {r["rollout_step"]: numeric(r) for r in rollouts[i]}
+        rows = {r["rollout_step"]: values(r) for r in rollouts[i]}
         for train in trains[i]:
-            rows[train["rollout_step"]] |= numeric(train)
+            rows[train["rollout_step"]] |= values(train)
         for record in evals[i]:
             step = record["rollout_step"]
             if step not in rows and step != 0:
                 raise ValueError(f"run {i}: an evaluation at step {step}, after the run's steps")
-            rows.setdefault(step, {}).update(
-                {f"eval/{k}": v for k, v in numeric(record).items() if not k.endswith("_step")}
-            )
-        out_rows = increasing([{"step": s, **rows[s]} for s in sorted(rows)])
-        for row in out_rows:
-            for key in ("train_step", "rollout_step"):
-                row.pop(key, None)
-        write_rows(out, run_id, out_rows)
+            rows.setdefault(step, {}).update({f"eval/{k}": v for k, v in values(record).items()})
+        write_rows(out, run_id, increasing([{"step": s, **rows[s]} for s in sorted(rows)]))
         print(f"{run_id}\t{REPO}\t{FOLDER} run {i + 1}\t{len(steps)} steps\t{COMMIT}")
 
 

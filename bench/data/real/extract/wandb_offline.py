@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import json
 import struct
-import subprocess
 import sys
 from collections.abc import Iterator
 
-from _mirror import git, increasing, write_rows
+from _mirror import git, git_bytes, increasing, numeric, write_rows
 
 REPO, COMMIT = "JPassionQ/assignment5-alignment", "64fcffa40920b832abf2d976f5db03bf19ed39a6"
 FOLDER = "cs336_alignment/wandb"
@@ -75,8 +74,7 @@ def grpo_rows(rows: list[dict]) -> list[dict]:
     """One row per GRPO step: its reward, its last update's numbers, its evaluation."""
     steps: dict[int, dict] = {}
     for row in rows:
-        values = {k: v for k, v in row.items() if not k.startswith("_") and not k.endswith("step")}
-        values = {k: v for k, v in values.items() if isinstance(v, int | float)}
+        values = {k: v for k, v in numeric(row).items() if k[0] != "_" and not k.endswith("step")}
         step = row.get("grpo_step", row.get("eval_step"))
         if step is not None:
             steps.setdefault(int(step), {}).update(values)
@@ -93,19 +91,7 @@ def main(mirror: str, out: str) -> None:
         if not size.isdigit():  # listed, but its content is not in the snapshot
             print(f"skipped\t{path}\tnot in the snapshot")
             continue
-        try:
-            data = subprocess.run(
-                ["git", "--git-dir", mirror, "cat-file", "blob", blob],
-                capture_output=True,
-                check=True,
-            ).stdout
-        except subprocess.CalledProcessError:  # listed, but its content is not in the snapshot
-            print(f"skipped\t{path}\tnot in the snapshot")
-            continue
-        rows = history(data)
-        if not any("train/reward_mean" in r for r in rows):
-            continue
-        grpo = grpo_rows(rows)
+        grpo = grpo_rows(history(git_bytes(mirror, "cat-file", "blob", blob)))
         if sum("train/reward_mean" in r for r in grpo) < MIN_STEPS:
             continue
         run_id = path.rsplit("-", 1)[1].removesuffix(".wandb")
