@@ -73,6 +73,9 @@ def rows_of(folder: Path, run_id: str) -> list[dict]:
 
 
 def main(folder: str, out: str, *run_ids: str) -> None:
+    unknown = sorted(set(run_ids) - set(SLICES))
+    if unknown:
+        raise SystemExit(f"no slices recorded for run ids {', '.join(unknown)}")
     for run_id, entry in SLICES.items():
         if run_ids and run_id not in run_ids:
             continue
