@@ -11,7 +11,8 @@ run): a tutorial's GRPO loop (upul/grpo-from-scratch), tinker-cookbook's RL loop
 off its default branch, joanvelja/tinker-cookbook), verl 0.7.1 GRPO runs
 (agentic-backdoor/agentic-backdoor, read at the last commit holding them), a CS336 GRPO and
 DAPO loop (desirepathh/assignment5-alignment, whose step is `iteration`), two more
-(lenardst/ and sandyhu533/assignment5-alignment, copied: no snapshot).
+(lenardst/ and sandyhu533/assignment5-alignment, copied: no snapshot), a GRPO loop on the
+tinker SDK (rohunagrawal/reward-hacking-entropy).
 Usage: python step_records.py <owner/name> <mirror git dir, or folder of copies> <out dir>
 """
 
@@ -45,6 +46,23 @@ _SANDY = [  # (folder under grpo_runs/, run id after c12_sandy_, stored characte
     ("onpolicy/variants/GRPO_constant/2026-06-14_21-49-05/seed_0", "grpo_constant", 61362),
     ("onpolicy/variants/MaxRL/2026-06-14_22-43-41/seed_0", "maxrl", 61005),
     ("onpolicy/variants/RFT/2026-06-14_22-26-16/seed_0", "rft", 58207),
+]
+_ROHUN = [  # (folder under outputs/, run id after c14_rohun_)
+    ("rl-leetcode-entropy/llama-3.2-3b/g/entropy_bin_3", "entbin3_g"),
+    *(
+        (
+            f"rl-leetcode/llama-3.2-3b/{level}-g-llmjudge-{judge}",
+            f"{level.lower()}_judge_{judge.replace('-', '_')}",
+        )
+        for level in ("Easy", "Hard", "Medium")
+        for judge in ("llama-small", "long")
+    ),
+    ("rl-leetcode/llama-3.2-3b/Easy-g-llmjudge-qwen", "easy_judge_qwen"),
+    *(
+        (f"rl-leetcode/meta-llama/Llama-3.2-3B/{reward}/{level}", f"{reward}_{level.lower()}")
+        for reward in ("100f_g", "f_g", "g")
+        for level in ("Easy", "Hard", "Medium")
+    ),
 ]
 SOURCES = {  # repository -> (commit, [(path, run id) or (path, run id, its own commit)])
     "upul/grpo-from-scratch": (
@@ -89,6 +107,10 @@ SOURCES = {  # repository -> (commit, [(path, run id) or (path, run id, its own 
     "sandyhu533/assignment5-alignment": (  # no snapshot: copies read with `read_file`
         "e7dd55ad7352bba72030929b9451b25c4d0d6c36",
         [(f"grpo_runs/{d}/metrics.jsonl", f"c12_sandy_{r}", *own) for d, r, _, *own in _SANDY],
+    ),
+    "rohunagrawal/reward-hacking-entropy": (  # the files of >= 20 steps that restart nowhere
+        "a45643e71a5adb0c4146b8a81d98ba029225cfbe",
+        [(f"outputs/{d}/metrics.jsonl", f"c14_rohun_{r}") for d, r in _ROHUN],
     ),
     "desirepathh/assignment5-alignment": (
         "d789558c359bfa6033c3198fba9d6d3ca113293b",
