@@ -12,7 +12,8 @@ off its default branch, joanvelja/tinker-cookbook), verl 0.7.1 GRPO runs
 (agentic-backdoor/agentic-backdoor, read at the last commit holding them), a CS336 GRPO and
 DAPO loop (desirepathh/assignment5-alignment, whose step is `iteration`), two more
 (lenardst/ and sandyhu533/assignment5-alignment, copied: no snapshot), a GRPO loop on the
-tinker SDK (rohunagrawal/reward-hacking-entropy).
+tinker SDK (rohunagrawal/reward-hacking-entropy), a demo's GRPO loop
+(Rohanjain2312/grpo-reward-hacking-demo, copied).
 Usage: python step_records.py <owner/name> <mirror git dir, or folder of copies> <out dir>
 """
 
@@ -64,6 +65,7 @@ _ROHUN = [  # (folder under outputs/, run id after c14_rohun_)
         for level in ("Easy", "Hard", "Medium")
     ),
 ]
+_ROHANJAIN = {"baseline": 27339, "fixed_kl": 27192, "fixed_cap": 29805}  # run: characters
 SOURCES = {  # repository -> (commit, [(path, run id) or (path, run id, its own commit)])
     "upul/grpo-from-scratch": (
         "8f5bf898892fbf9f4caf2c080ac1ef3a9ba340eb",
@@ -112,6 +114,10 @@ SOURCES = {  # repository -> (commit, [(path, run id) or (path, run id, its own 
         "a45643e71a5adb0c4146b8a81d98ba029225cfbe",
         [(f"outputs/{d}/metrics.jsonl", f"c14_rohun_{r}") for d, r in _ROHUN],
     ),
+    "Rohanjain2312/grpo-reward-hacking-demo": (  # no snapshot: copies read with `read_file`
+        "755c6d58cbbdf3a84e374b05b6775dfeb67fae49",
+        [(f"results/{r}/metrics.jsonl", f"c14_rohanjain_{r}") for r in _ROHANJAIN],
+    ),
     "desirepathh/assignment5-alignment": (
         "d789558c359bfa6033c3198fba9d6d3ca113293b",
         [
@@ -128,6 +134,7 @@ COPY_CHARS = {  # a copy's length must be the stored file's, as `read_file` gave
     f"experiments/grpo_standard_on_policy/seed{k}/metrics.jsonl": n
     for k, n in enumerate((56698, 56868, 55874, 55749))
 } | {f"grpo_runs/{d}/metrics.jsonl": n for d, _, n, *_ in _SANDY}
+COPY_CHARS |= {f"results/{r}/metrics.jsonl": n for r, n in _ROHANJAIN.items()}
 
 
 def rows_of(text: str, path: str, step_key: str = "step") -> list[dict]:
