@@ -5,15 +5,13 @@ A corpus row is one record with its numeric values unchanged (strings, booleans 
 dropped); the record must carry its step under `step`, strictly increasing, except that an
 evaluation written as a record of its own is joined to its step's training record; verl's
 file logger writes `{"step": N, "data": {...}}`, whose `data` is the record. Sources
-(`SOURCES`, each read at the commit named there from a fetched mirror; SOURCES.md has each
-run): a tutorial's GRPO loop (upul/grpo-from-scratch), tinker-cookbook's RL loop
-(arvindcr4/tinker-rl-lab, sushantmehta-code/tinker-cookbook, whose logs are in one commit
-off its default branch, joanvelja/tinker-cookbook), verl 0.7.1 GRPO runs
-(agentic-backdoor/agentic-backdoor, read at the last commit holding them), a CS336 GRPO and
-DAPO loop (desirepathh/assignment5-alignment, whose step is `iteration`), two more
-(lenardst/ and sandyhu533/assignment5-alignment, copied: no snapshot), a GRPO loop on the
-tinker SDK (rohunagrawal/reward-hacking-entropy), a demo's GRPO loop
-(Rohanjain2312/grpo-reward-hacking-demo, copied).
+(`SOURCES`, each read at the commit named there; SOURCES.md has each run): own GRPO loops
+(upul/grpo-from-scratch, rohunagrawal/reward-hacking-entropy on the Tinker SDK,
+Rohanjain2312/grpo-reward-hacking-demo), tinker-cookbook's RL loop (arvindcr4/tinker-rl-lab,
+sushantmehta-code/ and joanvelja/tinker-cookbook), verl 0.7.1 GRPO runs
+(agentic-backdoor/agentic-backdoor), CS336 GRPO and DAPO loops (desirepathh/, whose step is
+`iteration`, lenardst/ and sandyhu533/assignment5-alignment). Sources with no snapshot
+were copied page by page, each copy's length checked (`COPY_CHARS`).
 Usage: python step_records.py <owner/name> <mirror git dir, or folder of copies> <out dir>
 """
 
