@@ -5,13 +5,16 @@ Sources (one run each; the repository's longest committed version of the log):
   run of Qwen2.5-VL-3B-Instruct on A-OKVQA, captured terminal output.
 - Radar-Lei/SCU_TSC, `.docker_run.log`: a GRPO run (after an SFT phase) of a traffic-signal
   control policy, captured Docker output.
+- screechingviolet/epic-tikz-diagram-generator, `train_grpo.log`: GRPO of Qwen2-0.5B on
+  TikZ from a saved adapter; a copy made page by page (`COPIED`, its length checked).
 
 TRL prints the metrics it logs every `logging_steps` updates as a Python dict on one line,
 inside the tqdm progress bar's output. A dict carries no step: the step is the count of the
 last progress-bar update printed before it (`N/total [`), checked to advance by one constant
 interval and to equal the interval times the dict's rank. Dicts without `reward` are the SFT
-phase's (Radar-Lei/SCU_TSC trains SFT first) and are not GRPO steps. Values unchanged.
-Usage: python trl_console.py <mirror root, holding owner+name/repo> <out dir>
+phase's (Radar-Lei/SCU_TSC trains SFT first), not GRPO steps. Values unchanged (newer
+versions print them as strings, led by `reward`).
+Usage: python trl_console.py <mirror root> <out dir> [<copies root: owner+name/commit/path>]
 """
 
 from __future__ import annotations
@@ -36,12 +39,23 @@ RUNS = [  # (corpus id, repository, commit, path)
         "3bc29139bb4e794b6c3b67c0add5c20ed1585531",
         ".docker_run.log",
     ),
+    (
+        "trl_tikz_grpo_q2_0p5b",
+        "screechingviolet/epic-tikz-diagram-generator",
+        "0a52775dacaeb862a57887d1eb644448e10c3c99",
+        "train_grpo.log",
+    ),
 ]
+COPIED = {"screechingviolet/epic-tikz-diagram-generator": 266087}  # repo: characters stored
+"""Its stdout is buffered behind the bar: the first 34 dicts follow bar 34 (`rows_of`)."""
 BAR = re.compile(r"(\d+)/(\d+) \[")
-STEP_DICT = re.compile(r"\{'loss': [^{}]*\}")
+STEP_DICT = re.compile(r"\{'(?:loss|reward)': [^{}]*\}")
 
 
-def rows_of(text: str) -> list[dict]:
+def rows_of(text: str, buffered: bool = False) -> list[dict]:
+    """The GRPO step dicts, each at the progress bar's count before it; `buffered`: the
+    script's stdout reached the file in blocks behind the bar (stderr), so a dict's step is
+    its rank, checked to be one per planned step and never ahead of the bar."""
     rows = []
     for m in STEP_DICT.finditer(text):
         values = ast.literal_eval(m.group(0))
@@ -50,8 +64,12 @@ def rows_of(text: str) -> list[dict]:
         bars = BAR.findall(text, 0, m.start())
         if not bars:
             raise ValueError("a step dict before any progress bar")
-        step = int(bars[-1][0])
+        step = len(rows) + 1 if buffered else int(bars[-1][0])
+        if buffered and step > int(bars[-1][0]):
+            raise ValueError(f"dict {step - 1}: ahead of the progress bar ({bars[-1][0]})")
         rows.append({"step": step, **{k: float(v) for k, v in values.items()}})
+    if buffered and len(rows) != int(BAR.findall(text)[-1][1]):
+        raise ValueError(f"{len(rows)} dicts for {BAR.findall(text)[-1][1]} planned steps")
     interval = rows[0]["step"]
     for i, row in enumerate(rows):
         if row["step"] != interval * (i + 1):
@@ -59,14 +77,23 @@ def rows_of(text: str) -> list[dict]:
     return rows
 
 
-def main(mirrors: str, out: str) -> None:
+def main(mirrors: str, out: str, copies: str = "") -> None:
     for name, repo, commit, path in RUNS:
-        git_dir = Path(mirrors, repo.replace("/", "+"), "repo")
-        text = git(str(git_dir), "show", f"{commit}:{path}")
-        rows = rows_of(text)
+        folder = repo.replace("/", "+")
+        if repo in COPIED:
+            if not copies:
+                print(f"skipped\t{name}\tno copies root given")
+                continue
+            with open(Path(copies, folder, commit, path), encoding="utf-8", newline="") as f:
+                text = f.read()  # as stored: the progress bars' carriage returns kept
+            if len(text) != COPIED[repo]:
+                raise ValueError(f"{path}: {len(text)} characters, stored {COPIED[repo]}")
+        else:
+            text = git(str(Path(mirrors, folder, "repo")), "show", f"{commit}:{path}")
+        rows = rows_of(text, buffered=repo in COPIED)
         write_rows(out, name, rows)
         print(f"{name}\t{repo}\t{path}\t{len(rows)} steps\t{commit}")
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    main(*sys.argv[1:4])
