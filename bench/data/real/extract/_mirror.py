@@ -1,13 +1,18 @@
 """What the extraction scripts share: `git` on a fetched repository's bare mirror, a logged
-record's numbers (strings, booleans and nulls are not metrics), the records of one step
-joined, the check that steps rise, and the corpus file."""
+record's numbers (strings, booleans and nulls are not metrics), a console line's
+`name=value` fields, the records of one step joined, the check that steps rise, and the
+corpus file."""
 
 from __future__ import annotations
 
 import itertools
 import json
+import re
 import subprocess
+from collections.abc import Iterable
 from pathlib import Path
+
+NAME_VALUE = re.compile(r"^([A-Za-z_][\w/]*)=(\S+)$")
 
 
 def git(git_dir: str | Path, *args: str) -> str:
@@ -29,6 +34,18 @@ def numeric(record: dict) -> dict:
     return {
         k: v for k, v in record.items() if isinstance(v, int | float) and not isinstance(v, bool)
     }
+
+
+def name_values(parts: Iterable[str], where: str) -> dict[str, float]:
+    """A console line's `name=value` fields as numbers; a field of another form is an
+    error (at `where`), not text to skip."""
+    out = {}
+    for part in parts:
+        field = NAME_VALUE.match(part.strip())
+        if field is None:
+            raise ValueError(f"{where}: {part!r} is not name=value")
+        out[field.group(1)] = float(field.group(2))
+    return out
 
 
 def write_rows(out_dir: str, run_id: str, rows: list[dict]) -> None:

@@ -17,10 +17,9 @@ import re
 import sys
 from pathlib import Path
 
-from _mirror import write_rows
+from _mirror import name_values, write_rows
 
 STEP_LINE = re.compile(r"^step:(\d+) \| (.*)$")
-FIELD = re.compile(r"^([A-Za-z_][\w/]*)=(\S+)$")
 PLAN = re.compile(r"(\d+) total steps")
 
 
@@ -30,13 +29,7 @@ def rows_of(text: str) -> list[dict]:
         m = STEP_LINE.match(line)
         if m is None:
             continue
-        row: dict = {"step": int(m.group(1))}
-        for part in m.group(2).split(" | "):
-            field = FIELD.match(part.strip())
-            if field is None:
-                raise ValueError(f"line {n}: {part!r} is not name=value")
-            row[field.group(1)] = float(field.group(2))
-        rows.append(row)
+        rows.append({"step": int(m.group(1)), **name_values(m.group(2).split(" | "), f"line {n}")})
     if not rows:
         raise ValueError("no step lines")
     first = rows[0]["step"]

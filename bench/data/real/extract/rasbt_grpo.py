@@ -20,7 +20,7 @@ import io
 import re
 import sys
 
-from _mirror import git, increasing, write_rows
+from _mirror import git, increasing, name_values, write_rows
 
 REPO = "rasbt/reasoning-from-scratch"
 _CH6 = "ch06/02_rlvr_grpo_scripts_intro/logs/rlvr_grpo_original_no_kl_metrics.csv"
@@ -44,38 +44,33 @@ RUNS = [  # (commit, path, run id after c15_rasbt_)
     (_C, f"{_CH7}7_6_plus_format_reward_conditional_metrics.csv", "7_6_format_conditional"),
 ]
 STEP_LINE = re.compile(r"^\[Step (\d+)/(\d+)\] (.*)$")
-FIELD = re.compile(r"^([A-Za-z_]\w*)=(\S+)$")
 SAME_RUN = 25  # rewards compared to find a copy
 
 
 def records(text: str, path: str) -> list[dict]:
-    """Every logged step of the file, in order: numbers as written, empty cells left out."""
+    """Every logged step of the file, in order: numbers as written, empty cells and the
+    plan (`total_steps`) left out."""
     if path.endswith(".csv"):
         return [
-            {k: int(v) if k == "step" else float(v) for k, v in row.items() if v != ""}
+            {
+                k: int(v) if k == "step" else float(v)
+                for k, v in row.items()
+                if v != "" and k != "total_steps"
+            }
             for row in csv.DictReader(io.StringIO(text))
         ]
-    out = []
-    for n, line in enumerate(text.splitlines(), 1):
-        m = STEP_LINE.match(line)
-        if m is None:
-            continue
-        row: dict = {"step": int(m.group(1)), "total_steps": float(m.group(2))}
-        for part in m.group(3).split():
-            field = FIELD.match(part)
-            if field is None:
-                raise ValueError(f"{path} line {n}: {part!r} is not name=value")
-            row[field.group(1)] = float(field.group(2))
-        out.append(row)
-    return out
+    return [
+        {"step": int(m.group(1)), **name_values(m.group(3).split(), f"{path} line {n}")}
+        for n, line in enumerate(text.splitlines(), 1)
+        if (m := STEP_LINE.match(line))
+    ]
 
 
 def last_start(rows: list[dict]) -> list[dict]:
     """The rows from the last point where the step falls back (the run after an aborted
-    start), without the plan column."""
+    start)."""
     starts = [i for i in range(1, len(rows)) if rows[i]["step"] <= rows[i - 1]["step"]]
-    kept = rows[starts[-1] :] if starts else rows
-    return increasing([{k: v for k, v in r.items() if k != "total_steps"} for r in kept])
+    return increasing(rows[starts[-1] :] if starts else rows)
 
 
 def main(mirror: str, out: str) -> None:

@@ -129,10 +129,13 @@ SOURCES = {  # repository -> (commit, [(path, run id) or (path, run id, its own 
 }
 STEP_KEYS = {"desirepathh/assignment5-alignment": "iteration"}  # else `step`
 COPY_CHARS = {  # a copy's length must be the stored file's, as `read_file` gave it
-    f"experiments/grpo_standard_on_policy/seed{k}/metrics.jsonl": n
-    for k, n in enumerate((56698, 56868, 55874, 55749))
-} | {f"grpo_runs/{d}/metrics.jsonl": n for d, _, n, *_ in _SANDY}
-COPY_CHARS |= {f"results/{r}/metrics.jsonl": n for r, n in _ROHANJAIN.items()}
+    **{
+        f"experiments/grpo_standard_on_policy/seed{k}/metrics.jsonl": n
+        for k, n in enumerate((56698, 56868, 55874, 55749))
+    },
+    **{f"grpo_runs/{d}/metrics.jsonl": n for d, _, n, *_ in _SANDY},
+    **{f"results/{r}/metrics.jsonl": n for r, n in _ROHANJAIN.items()},
+}
 
 
 def rows_of(text: str, path: str, step_key: str = "step") -> list[dict]:

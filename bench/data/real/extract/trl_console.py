@@ -47,7 +47,8 @@ RUNS = [  # (corpus id, repository, commit, path)
     ),
 ]
 COPIED = {"screechingviolet/epic-tikz-diagram-generator": 266087}  # repo: characters stored
-"""Its stdout is buffered behind the bar: the first 34 dicts follow bar 34 (`rows_of`)."""
+BUFFERED = {"trl_tikz_grpo_q2_0p5b"}
+"""Runs whose stdout reached the log behind the bar: the first 34 dicts follow bar 34."""
 BAR = re.compile(r"(\d+)/(\d+) \[")
 STEP_DICT = re.compile(r"\{'(?:loss|reward)': [^{}]*\}")
 
@@ -65,11 +66,11 @@ def rows_of(text: str, buffered: bool = False) -> list[dict]:
         if not bars:
             raise ValueError("a step dict before any progress bar")
         step = len(rows) + 1 if buffered else int(bars[-1][0])
-        if buffered and step > int(bars[-1][0]):
+        if step > int(bars[-1][0]):
             raise ValueError(f"dict {step - 1}: ahead of the progress bar ({bars[-1][0]})")
         rows.append({"step": step, **{k: float(v) for k, v in values.items()}})
-    if buffered and len(rows) != int(BAR.findall(text)[-1][1]):
-        raise ValueError(f"{len(rows)} dicts for {BAR.findall(text)[-1][1]} planned steps")
+    if buffered and len(rows) != (plan := int(BAR.findall(text)[-1][1])):
+        raise ValueError(f"{len(rows)} dicts for {plan} planned steps")
     interval = rows[0]["step"]
     for i, row in enumerate(rows):
         if row["step"] != interval * (i + 1):
@@ -90,7 +91,7 @@ def main(mirrors: str, out: str, copies: str = "") -> None:
                 raise ValueError(f"{path}: {len(text)} characters, stored {COPIED[repo]}")
         else:
             text = git(str(Path(mirrors, folder, "repo")), "show", f"{commit}:{path}")
-        rows = rows_of(text, buffered=repo in COPIED)
+        rows = rows_of(text, buffered=name in BUFFERED)
         write_rows(out, name, rows)
         print(f"{name}\t{repo}\t{path}\t{len(rows)} steps\t{commit}")
 
