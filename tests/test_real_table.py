@@ -114,3 +114,22 @@ def test_the_report_says_whether_fold_a_still_chooses_the_shipped_defaults():
     assert "the point fold A chose when they were frozen" in note
     assert "sharpening_drop 0: 3/20 caught there (the defaults: 2)" in note
     assert "0.12 warnings per 100 (the defaults: 0.07)" in note
+
+
+def test_a_run_is_long_and_rich_with_130_steps_and_four_health_groups_logged():
+    """The coverage table's kind: the last step and the health groups a run logs, not the
+    number of points (a log every 5 steps is long at step 130)."""
+    from bench.detection.real_table import family, long_and_rich
+
+    four = {"optim/grad_norm": 1.0, "policy/entropy": 1.0, "response/len_mean": 9.0}
+    four["staleness/mask_frac"] = 0.01
+    every_fifth = [(s, four) for s in range(0, 131, 5)]
+    assert long_and_rich(Run("real/x", "real", "tune", every_fifth))
+    assert not long_and_rich(Run("real/x", "real", "tune", every_fifth[:-1]))  # step 125
+    three = [(s, {k: v for k, v in four.items() if k != "policy/entropy"}) for s in range(131)]
+    assert not long_and_rich(Run("real/x", "real", "tune", three))
+    assert not long_and_rich(Run("real/x", "real", "tune", []))
+    assert family("verl (commit 1252cc71), GRPO") == "verl"
+    assert family("TRL GRPOTrainer with a LoRA adapter") == "TRL"
+    assert family("VIME (slime's metrics, Megatron TP4/CP2)") == "slime"
+    assert family("a plain PyTorch GRPO loop (controlled)") == "other"

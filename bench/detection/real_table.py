@@ -17,6 +17,7 @@ median is over the collapses paged after their onset.
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections import defaultdict
 from collections.abc import Sequence
@@ -45,6 +46,17 @@ DEFINITIONS = (
 EXPLODED = 1000.0
 HEALTH = ("mismatch/", "is/", "staleness/", "routing/", "approx/", "policy/", "response/")
 """Prefixes of the health metrics (with `optim/grad_norm`) whose move announces a collapse."""
+LONG = 130
+"""Steps from which a run is long (typical verl GRPO and DAPO recipes run 130-500)."""
+HEALTH_GROUPS = {
+    "gradient norm": ("optim/grad_norm",),
+    "entropy": ("policy/entropy",),
+    "lengths": ("response/",),
+    "clip share or PPO KL": ("staleness/",),
+    "training-inference mismatch": ("mismatch/", "is/"),
+}
+RICH = 4
+"""Health groups a run must log, of `HEALTH_GROUPS`, to be rich (verl logs all five)."""
 
 
 def exploded(run: Run) -> bool:
@@ -78,6 +90,21 @@ def announced(run: Run) -> bool:
     return found is not None and any(p.lead >= LEAD_GOAL for p in found[1])
 
 
+def family(trainer: str) -> str:
+    """The trainer family a source's description names: verl, TRL, slime, or other."""
+    for name, pattern in (("verl", r"\bverl\b"), ("TRL", r"\bTRL\b"), ("slime", r"slime")):
+        if re.search(pattern, trainer, flags=re.IGNORECASE if name != "TRL" else 0):
+            return name
+    return "other"
+
+
+def long_and_rich(run: Run) -> bool:
+    """A run like the unseen ones: `LONG` steps or more, `RICH` health groups logged."""
+    names = set().union(*(values for _, values in run.stream))
+    groups = sum(any(n.startswith(HEALTH_GROUPS[g]) for n in names) for g in HEALTH_GROUPS)
+    return bool(run.stream) and run.stream[-1][0] >= LONG and groups >= RICH
+
+
 def judge(run: Run, fired: Sequence[Fired]) -> dict:
     """One public run's object of detection.json's `real_runs`."""
     crit = [f.step for f in fired if f.severity == "critical"]
@@ -98,6 +125,8 @@ def judge(run: Run, fired: Sequence[Fired]) -> dict:
         "run": run.name,
         "source": run.meta.get("repository", ""),
         "trainer": run.meta.get("trainer", ""),
+        "family": family(run.meta.get("trainer", "")),
+        "long_and_rich": long_and_rich(run),
         "label": run.label,
         "onset": run.onset,
         "fold": run.split,
@@ -203,6 +232,7 @@ def section(
         _frozen_note(folds["ours"], swapped),
     ]
     folds["cross"] = swapped
+    lines += ["", *coverage(objs["ours"])]
     by_source: dict[str, list[dict]] = defaultdict(list)
     for o in objs["ours"]:
         by_source[o["source"]].append(o)
@@ -243,6 +273,33 @@ def section(
             f"{_dash(o['caught'])} |"
         )
     return lines, folds
+
+
+def coverage(objs: Sequence[dict]) -> list[str]:
+    """Ours by trainer family and kind of run, both folds: which runs the rates stand on."""
+    groups: dict[tuple[str, bool], list[dict]] = defaultdict(list)
+    for o in objs:
+        groups[(o["family"], o["long_and_rich"])].append(o)
+    lines = [
+        f"By kind of run (ours, both folds): *long and rich* is {LONG} steps or more with at "
+        f"least {RICH} of {len(HEALTH_GROUPS)} health groups logged ("
+        + ", ".join(HEALTH_GROUPS)
+        + "), as verl and slime log by default. A rate over few collapses, or none, says "
+        "little about that kind of run.",
+        "",
+        "| trainer | kind | runs | collapses caught | stable paged (grad norm held) "
+        "| warnings / 100 stable steps |",
+        "|---|---|---|---|---|---|",
+    ]
+    for (fam, rich), group in sorted(groups.items(), key=lambda kv: (kv[0][0], not kv[0][1])):
+        t = totals(group)
+        w = t["warnings_per_100_stable_steps"]
+        lines.append(
+            f"| {fam} | {'long and rich' if rich else 'shorter or sparser'} | {t['runs']} | "
+            f"{pct(t['caught'], t['collapses']) if t['collapses'] else '0 collapses'} | "
+            f"{pct(t['stable_held_paged'], t['stable_held'])} | {'-' if w is None else w} |"
+        )
+    return lines
 
 
 def _frozen_note(ours: dict, swapped: list[dict]) -> str:
