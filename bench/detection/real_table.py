@@ -57,6 +57,8 @@ HEALTH_GROUPS = {
 }
 RICH = 4
 """Health groups a run must log, of `HEALTH_GROUPS`, to be rich (verl logs all five)."""
+FAMILIES = {"verl": r"(?i)\bverl\b", "TRL": r"\bTRL\b", "slime": r"(?i)slime"}
+"""A trainer family, and how a source's description names it (TRL in capitals only)."""
 
 
 def exploded(run: Run) -> bool:
@@ -92,16 +94,16 @@ def announced(run: Run) -> bool:
 
 def family(trainer: str) -> str:
     """The trainer family a source's description names: verl, TRL, slime, or other."""
-    for name, pattern in (("verl", r"\bverl\b"), ("TRL", r"\bTRL\b"), ("slime", r"slime")):
-        if re.search(pattern, trainer, flags=re.IGNORECASE if name != "TRL" else 0):
+    for name, pattern in FAMILIES.items():
+        if re.search(pattern, trainer):
             return name
     return "other"
 
 
 def long_and_rich(run: Run) -> bool:
-    """A run like the unseen ones: `LONG` steps or more, `RICH` health groups logged."""
+    """A run as verl logs one: `LONG` steps or more, `RICH` health groups logged."""
     names = set().union(*(values for _, values in run.stream))
-    groups = sum(any(n.startswith(HEALTH_GROUPS[g]) for n in names) for g in HEALTH_GROUPS)
+    groups = sum(any(n.startswith(g) for n in names) for g in HEALTH_GROUPS.values())
     return bool(run.stream) and run.stream[-1][0] >= LONG and groups >= RICH
 
 
