@@ -148,7 +148,7 @@ def wilson(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
 
 
 def test_a_rate_interval_is_wilsons_and_the_report_says_where_each_goal_lies():
-    from bench.detection.real_table import interval, uncertainty
+    from bench.detection.uncertainty import interval, uncertainty
 
     for k, n in ((4, 10), (2, 23), (8, 220), (0, 5), (5, 5)):
         lo, hi = interval(k, n)
