@@ -6,6 +6,7 @@ import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from bench.detection import uncertainty
 from bench.detection.corpus import UNSEEN_SEEDS
 from bench.detection.score import LEAD_GOAL, MEDIAN_LEAD_GOAL, RunScore, Summary, summarise
 from bench.markdown import seed_ranges
@@ -207,6 +208,13 @@ def write(
         f"Lab runs (seeds {seed_ranges(lab_seeds)}):",
         "",
         *summary_table(groups["lab"]),
+        "",
+        uncertainty.lab(
+            groups["lab"]["ours"].caught,
+            groups["lab"]["ours"].collapses,
+            groups["lab"]["ours"].false_critical,
+            groups["lab"]["ours"].stable,
+        ),
         "",
         f"Of which seeds {seed_ranges(UNSEEN_SEEDS)} alone: no default was designed on "
         "them (the lab's on seeds before them, the public runs' free parameters on a fold "

@@ -14,6 +14,8 @@ from scipy.stats import binomtest
 CAUGHT_GOAL, PAGED_GOAL = 0.8, 0.1
 """The acceptance goals: at least this share of collapses caught, at most this share of
 stable runs (gradient norm held) paged."""
+LAB_CAUGHT_GOAL, LAB_PAGED_GOAL = 0.75, 0.01
+"""The lab's (scripted and organic collapses, report seeds): in time, paged."""
 
 
 def interval(k: int, n: int) -> list[float] | None:
@@ -26,37 +28,54 @@ def interval(k: int, n: int) -> list[float] | None:
     return [round(float(ci.low), 3), round(float(ci.high), 3)]
 
 
+def described(
+    what: str, ci: list[float] | None, goal: float | None, at_least: bool, digits: int = 0
+) -> str:
+    """`what` and its interval, and where the goal lies against it: a goal outside the
+    interval is met or missed beyond what this sample's chance explains."""
+    span = "-" if ci is None else f"{100 * ci[0]:.{digits}f}-{100 * ci[1]:.{digits}f} %"
+    text = f"{what} {span}"
+    if ci is None or goal is None:
+        return text
+    if ci[0] <= goal <= ci[1]:
+        return f"{text} (the goal, {100 * goal:.0f} %, inside it)"
+    above = goal > ci[1]
+    met = above != at_least  # "at least": a goal above the interval is missed
+    where = "above" if above else "below"
+    return f"{text} (the goal, {100 * goal:.0f} %, {where} it: {'met' if met else 'missed'})"
+
+
 def uncertainty(folds: dict[str, dict[str, dict]]) -> str:
     """How far each fold's caught and paged rates could be from the monitor's true rates on
-    runs like these, and whether each goal lies inside that range."""
-
-    def span(ci: list[float] | None) -> str:
-        return "-" if ci is None else f"{100 * ci[0]:.0f}-{100 * ci[1]:.0f} %"
-
-    def verdict(ci: list[float] | None, goal: float, at_least: bool) -> str:
-        """Where the goal lies against the interval: a goal outside it is met or missed
-        beyond what this sample's chance explains."""
-        if ci is None:
-            return ""
-        if ci[0] <= goal <= ci[1]:
-            return f" (the goal, {100 * goal:.0f} %, inside it)"
-        above = goal > ci[1]
-        met = above != at_least  # "at least": a goal above the interval is missed
-        where = "above" if above else "below"
-        return f" (the goal, {100 * goal:.0f} %, {where} it: {'met' if met else 'missed'})"
-
+    runs like these, and whether each goal lies inside that range (ours only)."""
     parts = []
     for m, by_fold in folds.items():
+        ours = m == "ours"
         for fold, name in (("report", "B"), ("tune", "A")):
             t = by_fold[fold]
-            caught, paged = t["caught_interval"], t["stable_held_paged_interval"]
-            parts.append(
-                f"{m} on fold {name}: collapses caught {span(caught)}"
-                f"{verdict(caught, CAUGHT_GOAL, True) if m == 'ours' else ''}, stable runs "
-                f"paged {span(paged)}{verdict(paged, PAGED_GOAL, False) if m == 'ours' else ''}"
+            caught = described(
+                "collapses caught", t["caught_interval"], CAUGHT_GOAL if ours else None, True
             )
+            paged = described(
+                "stable runs paged",
+                t["stable_held_paged_interval"],
+                PAGED_GOAL if ours else None,
+                False,
+            )
+            parts.append(f"{m} on fold {name}: {caught}, {paged}")
     return (
         "Uncertainty, as 95 % Wilson intervals of the rates above (the runs taken as "
         "independent draws; runs of one source are alike, so the true intervals are likely "
         "wider): " + "; ".join(parts) + "."
+    )
+
+
+def lab(caught: int, collapses: int, paged: int, stable: int) -> str:
+    """The same for ours on the lab's report seeds, against the lab's goals."""
+    in_time = described("in time", interval(caught, collapses), LAB_CAUGHT_GOAL, True, 1)
+    pages = described("stable runs paged", interval(paged, stable), LAB_PAGED_GOAL, False, 1)
+    return (
+        "Uncertainty, as 95 % Wilson intervals (the runs taken as independent draws; runs "
+        f"of one config are alike, so the true intervals are likely wider): ours {in_time}, "
+        f"{pages}."
     )
