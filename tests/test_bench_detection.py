@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.detection import corpus, monitors
+from bench.detection import corpus, monitors, report
 from bench.detection.score import LEAD_GOAL, RunScore, score_run, summarise
 from bench.remediation.cli import read_arm
 from bench.remediation.verdicts import Arm, Pair, judge
@@ -129,6 +129,25 @@ def test_scores_follow_the_written_definitions():
     assert (stable.healthy_steps, stable.healthy_warnings) == (run.steps, warned) and warned >= 2
     public = score_run(dataclasses.replace(run, incident_step=None), early)
     assert (public.healthy_steps, public.healthy_warnings) == (0, 0)
+
+
+def test_the_organic_rows_count_only_organic_runs_of_the_report_seeds():
+    def score(run: str, split: str, lead: int | None) -> RunScore:
+        alert = None if lead is None else 60 - lead
+        return RunScore(run, split, "collapse", 60, alert, None, lead, None, None, 0, 0, 200)
+
+    ours = [
+        score("lab/organic/lr3e-4/seed101", "report", 15),  # caught
+        score("lab/organic/lr3e-4/seed102", "report", -5),  # late
+        score("lab/organic/lr3e-4/seed0", "tune", 15),  # a tuning seed: not counted
+        score("lab/stale8x/seed101", "report", 15),  # a scripted incident: not counted
+        score("real/c1_x", "report", 15),
+    ]
+    hidden = [score("lab/organic/lr3e-4/seed101", "report", None), *ours[1:]]
+    rows = report.organic({"ours": ours, "rlwatch": ours[1:]}, hidden)
+    assert (rows["ours"].caught, rows["ours"].collapses) == (1, 2)
+    assert (rows["ours, settings hidden"].caught, rows["ours, settings hidden"].missed) == (0, 1)
+    assert (rows["rlwatch"].caught, rows["rlwatch"].collapses) == (0, 1)
 
 
 def test_a_stream_without_settings_keeps_what_another_trainer_logs():

@@ -153,6 +153,21 @@ def lab_table(scores: dict[str, list[RunScore]], hidden: Sequence[RunScore]) -> 
     return rows
 
 
+def organic(scores: dict[str, list[RunScore]], hidden: Sequence[RunScore]) -> dict[str, Summary]:
+    """Both monitors, and ours with the settings hidden, on the organic lab runs of the
+    report seeds: collapses no scripted incident announces, the lab's nearest to a real
+    run."""
+
+    def kept(runs: Sequence[RunScore]) -> list[RunScore]:
+        return [r for r in runs if r.run.startswith("lab/organic/") and r.split == "report"]
+
+    return {
+        "ours": summarise(kept(scores["ours"])),
+        "ours, settings hidden": summarise(kept(hidden)),
+        "rlwatch": summarise(kept(scores["rlwatch"])),
+    }
+
+
 def write(
     scores: dict[str, list[RunScore]],
     command: str,
@@ -181,6 +196,7 @@ def write(
         "ours, settings hidden": summarise([r for r in hidden if r.split == "report"]),
         "rlwatch": groups["lab"]["rlwatch"],
     }
+    natural = organic(scores, hidden)
     lab_seeds = sorted({k for r in scores["ours"] if r.split == "report" and (k := _seed(r)) >= 0})
     counts = {
         label: sum(r.label == label for r in scores["ours"])
@@ -232,6 +248,12 @@ def write(
         "",
         *summary_table(blind),
         "",
+        "Of which the organic runs alone (`configs/lab/organic/`): no scripted incident, each "
+        "run set up so from step 1 and left to fail or not, as users' runs are. Hidden, they "
+        "are the lab's nearest to a real run, whose cause no logged setting announces:",
+        "",
+        *summary_table(natural),
+        "",
         "Public logs of other trainers (bench/data/real/SOURCES.md):",
         "",
         *summary_table(groups["real"]),
@@ -257,6 +279,7 @@ def write(
         "report_by_source": {g: {m: s.as_json() for m, s in v.items()} for g, v in groups.items()},
         "report_unseen_seeds": {m: s.as_json() for m, s in unseen.items()},
         "report_lab_settings_hidden": blind["ours, settings hidden"].as_json(),
+        "report_lab_organic": {m: s.as_json() for m, s in natural.items()},
         "runs": {m: [vars(r) for r in scores[m] if r.run.startswith("lab/")] for m in MONITORS},
     }
     if real:
