@@ -51,7 +51,15 @@ TRIED = [
     "1) show no precursor 10 steps ahead. The setup rules (`unclipped_off_policy`, "
     "`length_normalised`) read the settings at the first RL step instead; the collapses that "
     "come 10 or more steps after it are alerted in time, the others (4× and 8× at steps "
-    "6-13, lr 1e-3 at 5-6) cannot be by anything.",
+    "6-13, lr 1e-3 at 5-6) cannot be by anything. Two slower configs were added to see "
+    "whether a later collapse is announced by the trajectory alone: 4× without clipping at "
+    "lr 1.4e-4 collapses on all 4 report seeds, at steps 18-168, and with the settings "
+    "hidden only the latest (onset 168: a χ² warning at step 102) is alerted in time; an "
+    "on-policy lr of 3e-4 erodes the reward on 1 of 4 report seeds (onset 16) and on both "
+    "tuning seeds (44 and 63), with nothing but the reward moving first, paged 13-70 steps "
+    "after the onset as the slow fall crosses half the gain. Another of its report seeds "
+    "dipped by a quarter of its gain at step 217 and recovered: paged, the lab's one stable "
+    "run paged (the outcome falling with one precursor, ESS, open).",
     "- A non-finite gradient norm paged at once: three stable runs of both folds logged one "
     "inf/NaN norm and trained on (a step the optimizer skipped, as mixed-precision loss "
     "scaling does). A lone one is a warning now (`NonFiniteRule.skippable`), critical when "
