@@ -24,6 +24,16 @@ def test_caught_needs_the_lead_and_no_page_long_before_the_onset():
     assert judge(r, [])["caught"] is False
 
 
+def test_a_catch_is_near_the_onset_when_its_first_alert_is_at_most_60_steps_ahead():
+    r = run("collapse", 100, [1.0] * 120)
+    near = judge(r, [Fired(40, "warning", "d", "optimisation")])
+    far = judge(r, [Fired(39, "warning", "d", "optimisation")])
+    missed = judge(r, [Fired(95, "warning", "d", "optimisation")])
+    assert (near["caught"], far["caught"], near["lead"], far["lead"]) == (True, True, 60, 61)
+    t = totals([near, far, missed])
+    assert (t["collapses"], t["caught"], t["caught_near"]) == (3, 2, 1)
+
+
 def test_stable_runs_whose_gradient_exploded_are_counted_apart():
     held = judge(run("stable", None, [1.0] * 50 + [999.0]), [Fired(3, "critical", "x", "y")])
     boom = judge(run("stable", None, [1.0] * 50 + [1000.0]), [])

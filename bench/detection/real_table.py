@@ -7,12 +7,12 @@ fires; stable runs whose gradient norm rose 1000× or more above its early level
 median of its first 10 logged values) while the outcome held are counted apart.
 
 Beside the caught rate: a collapse is *too early* for any 10-step lead when its onset
-comes before the detectors' baseline could exist plus `LEAD_GOAL` steps (the step at which
-a default change rule first has a baseline, on the run's own logged steps: `ready`); the
-caught rate is also given on the rest. *Announced*: with hindsight, a health metric
-moved `LEAD_GOAL` steps or more before the onset (`announced`). The *delay* is the steps
-from the onset to the first critical at or after it (a late page is still a page); its
-median is over the collapses paged after their onset.
+comes before a default change rule first has a baseline on the run's own logged steps
+(`ready`) plus `LEAD_GOAL`; *announced* when, with hindsight, a health metric moved
+`LEAD_GOAL` steps or more before the onset (`announced`); caught *near* the onset when
+its first alert is at most `EARLY_PAGE` steps ahead (a warning of any age counts as a
+catch, and one long before the turn tells a user little). The *delay* is the steps from
+the onset to the first critical at or after it; its median is over those paged after it.
 """
 
 from __future__ import annotations
@@ -41,6 +41,8 @@ DEFINITIONS = (
     " optimisation, lengths; not a setting, not the outcome) moved by `minirl analyze`'s"
     " precursor test (robust z ≥ 5 for 3 points against the first half of the steps"
     " before the onset) at least 10 steps before the onset;"
+    f" a catch is *near* the onset when its first alert is at most {EARLY_PAGE} steps"
+    " ahead (the definition lets a warning of any age count);"
     " the *delay* is the steps from the onset to the first critical at or after it (a "
     "late page is still a page), its median over the collapses paged after the onset."
 )
@@ -137,6 +139,7 @@ def judge(run: Run, fired: Sequence[Fired]) -> dict:
         "first_critical": crit[0] if crit else None,
         "warnings": sum(f.severity == "warning" for f in fired),
         "caught": caught,
+        "lead": run.onset - first if caught else None,
         "too_early": too_early,
         "announced": told,
         "critical_delay": delay,
@@ -168,6 +171,7 @@ def totals(objs: Sequence[dict]) -> dict:
         "collapses": len(col),
         "caught": caught,
         "caught_interval": interval(caught, len(col)),
+        "caught_near": sum(bool(o["caught"]) and o["lead"] <= EARLY_PAGE for o in col),
         "stable_held": len(held),
         "stable_held_paged": paged,
         "stable_held_paged_interval": interval(paged, len(held)),
@@ -188,6 +192,7 @@ def _row(label: str, t: dict) -> str:
     w = t["warnings_per_100_stable_steps"]
     return (
         f"| {label} | {t['runs']} | {pct(t['caught'], t['collapses'])} | "
+        f"{pct(t['caught_near'], t['collapses'])} | "
         f"{pct(t['stable_held_paged'], t['stable_held'])} | "
         f"{pct(t['stable_exploded_paged'], t['stable_exploded'])} | "
         f"{'-' if w is None else f'{w:.2f}'} | {t['too_early']} | "
@@ -199,11 +204,12 @@ def _row(label: str, t: dict) -> str:
 
 HEAD = [
     f"| monitor · set | runs | collapses caught (≥ {LEAD_GOAL} steps early, no critical > "
-    f"{EARLY_PAGE} before) | stable paged (grad norm held) | stable paged (grad norm ≥ "
+    f"{EARLY_PAGE} before) | caught near the onset (first alert ≤ {EARLY_PAGE} ahead) | "
+    "stable paged (grad norm held) | stable paged (grad norm ≥ "
     f"{EXPLODED:g}×, outcome held) | warnings / 100 stable steps | collapses too early "
     "for a lead | caught, of the rest | announced ≥ 10 steps ahead (hindsight) | caught, of "
     "the announced | median delay of the first critical after the onset (paged after it) |",
-    "|---|---|---|---|---|---|---|---|---|---|---|",
+    "|---|---|---|---|---|---|---|---|---|---|---|---|",
 ]
 
 
