@@ -1,16 +1,18 @@
 """verl's console log, as a training script's stdout saved to a file -> corpus rows.
 
-Sources (SOURCES.md): uqcxu9/qwen2.5_300step_NEW_CONSIS_RESULT (verl `main_ppo` GRPO runs
-of an economic agent), `logs/*.log`; Zhukewen321/dual-agent-finqa-reasoning (a verl GRPO
-run of a FinQA agent), `train_output.log`; eric-haibin-lin/verl-data (verl's own PPO
-baselines on GSM8K, December 2024), `gsm8k/*.log`. verl's console logger prints one line
-per step, `step:N - name:value - ...` (an evaluation before training may be a line of its
-own at step 0, joined to that step's row), behind Ray's `(TaskRunner pid=N)` prefix and
-ANSI colour codes, which are stripped; the values are parsed as in verl_wandb_console.py
-(Python reprs, `np.float64(x)` unwrapped), unchanged, non-numbers dropped. The lines are
-not cut (no W&B capture). `RUNS` names each run once (the copies beside it); a listed file
-whose scores are a prefix of another listed file's of the same repository is a copy or a
-resumed run, and stops the script.
+Sources (SOURCES.md): uqcxu9/qwen2.5_300step_NEW_CONSIS_RESULT (verl `main_ppo` GRPO runs of
+an economic agent), `logs/*.log`; Zhukewen321/dual-agent-finqa-reasoning (a verl GRPO run of
+a FinQA agent), `train_output.log`; eric-haibin-lin/verl-data (verl's own PPO baselines on
+GSM8K, December 2024), `gsm8k/*.log`; yushengsu-thu/verl_training_log and
+diqiuzhuanzhuan/verldata (baseline logs verl's `docs/algo/baseline.md` links: GRPO and PPO
+of deepseek-llm-7b-chat, GPG of Qwen2-7B-Instruct), `*/*.log`. verl's console logger prints
+one line per step, `step:N - name:value - ...` (an evaluation before training may be a line
+of its own at step 0, joined to that step's row), behind Ray's `(TaskRunner pid=N)` prefix
+and ANSI colour codes, which are stripped; the values are parsed as in verl_wandb_console.py
+(Python reprs, `np.float64(x)` unwrapped), unchanged, non-numbers dropped. The lines are not
+cut (no W&B capture). `RUNS` names each run once (the copies beside it); a listed file whose
+scores are a prefix of another listed file's of the same repository is a copy or a resumed
+run, and stops the script.
 Usage: python verl_console.py <mirror root, holding owner+name/repo> <out dir>
 """
 
@@ -26,6 +28,8 @@ from _mirror import git, increasing, same_step_joined, write_rows
 _ECON = ("uqcxu9/qwen2.5_300step_NEW_CONSIS_RESULT", "96eca073e807f7aac8d9c1f581515f53e25f5a0b")
 _FINQA = ("Zhukewen321/dual-agent-finqa-reasoning", "2ff072c9b652812482505be49cd8332a164b6ad7")
 _BASELINES = ("eric-haibin-lin/verl-data", "f07af3291bd1c87fe8a7301cc3b883c0d2572720")
+_YUSHENG = ("yushengsu-thu/verl_training_log", "deb1507ca0740580d2019e7150d08edf8dd6ca35")
+_DIQIU = ("diqiuzhuanzhuan/verldata", "42e31cd07ea08b66e709a74e9aed2bd740589c34")
 _QWEN = "gsm8k/Qwen2.5-0.5B"
 RUNS = [  # ((repo, commit), path, run id); copies not listed: uqcxu9's
     # logs/train_new_reward.log (= train_v2_300steps), RL/train.log (= logs/rl_train.log)
@@ -46,6 +50,10 @@ RUNS = [  # ((repo, commit), path, run id); copies not listed: uqcxu9's
         "gsm8k/gemma-2-2b-it-ppo-bsz512_4-prompt1024-resp-512-0.640.log",
         "c10_verlppo_gemma2_2b",
     ),
+    (_YUSHENG, "gsm8k/grpo_run_deepseek7b_llm.log", "c16_verlbase_grpo_ds7b"),
+    (_YUSHENG, "gsm8k/ppo_run_deepseek7b_llm.log", "c16_verlbase_ppo_ds7b"),
+    (_DIQIU, "run_logs/qwen2-7b_math.log", "c16_verlbase_gpg_q2_7b"),
+    (_DIQIU, "run_logs/qwen2-7b_math_megatron.log", "c16_verlbase_gpg_q2_7b_megatron"),
 ]
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 RAY_PREFIX = re.compile(r"^\(\w+ pid=\d+\) ", re.M)
