@@ -5,7 +5,7 @@ from pathlib import Path
 
 from dashboard.story import _back_to
 from monitor import Monitor
-from monitor.analysis.analyze import analyze_run
+from monitor.analysis.analyze import analyze_run, episode_starts
 from monitor.config import MonitorConfig
 from monitor.remediation.healthy import noise_band
 from monitor.store.reader import RunReader
@@ -76,6 +76,46 @@ def test_dashboard_and_analyze_never_call_a_collapsed_state_recovered(tmp_path):
     rec = analyze_run(str(tmp_path / "r")).recovery
     assert rec is not None and rec["recovered"] is False
     assert rec["eval_acc"] == 0.043 and "pre-episode best 0.26" in rec["why"]
+
+
+def test_a_warning_the_run_outgrew_is_not_the_episode_its_end_is_judged_by(tmp_path):
+    """A public run's shape: a precursor opens and clears while nothing is learned yet
+    (held-out 0.001), the run learns to 0.43, then collapses to 0 with a second episode.
+    Judged from the first episode it is "back at 0.001"; from the last it lost it all."""
+    evals = {0: 0.001, 10: 0.0, 20: 0.002, 30: 0.001, 40: 0.15, 50: 0.3, 60: 0.42}
+    evals |= {70: 0.43, 80: 0.41, 90: 0.1, 100: 0.0, 110: 0.0}
+    mon = Monitor(tmp_path / "r", controls=CONTROLS)
+    for step in range(111):
+        kl = 0.5 if 25 <= step < 32 or step >= 85 else 1e-3
+        values = {"reward/mean": 0.3, "mismatch/kl_k1": kl}
+        if step in evals:
+            values["eval/acc"] = evals[step]
+        mon.log(step, values)
+    mon.close()
+    analysis = analyze_run(str(tmp_path / "r"))
+    first, last = episode_starts(analysis.alerts)
+    assert first < 32 < 85 <= last
+    rec = analysis.recovery
+    assert rec is not None and rec["episode_start"] == last and rec["recovered"] is False
+    assert "pre-episode best 0.43" in rec["why"]
+
+
+def test_episodes_begin_where_no_earlier_alert_is_open():
+    def alert(step, cleared, detector="grad_norm", severity="warning"):
+        return {"step": step, "cleared_step": cleared, "detector": detector, "severity": severity}
+
+    alerts = [
+        alert(0, None, detector="unclipped_off_policy"),  # a setup rule: how the run was set up
+        alert(10, 20),
+        alert(15, 30),  # opened while 10's is open: the same episode, now to 30
+        alert(30, 31),  # opened the step 15's cleared: touching, still that episode
+        alert(32, 33),  # opened after everything before it cleared: a new episode
+        alert(40, 41, severity="info"),  # info is no episode
+        alert(50, None),
+        alert(60, 61, severity="critical"),  # 50's never cleared: still its episode
+    ]
+    assert episode_starts(alerts) == [10, 32, 50]
+    assert episode_starts([]) == []
 
 
 def test_analyze_tells_the_recovery_verdict_and_a_fork_experiment(tmp_path):

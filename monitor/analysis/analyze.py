@@ -106,7 +106,7 @@ class Analysis:
     (None: nothing was stored live, e.g. a run recorded without detectors)."""
     recovery: dict[str, Any] | None = None
     """Whether the last held-out accuracy is back within noise of the best before the
-    first warning or critical alert (`recovery_of`); None without an episode or evals."""
+    run's last episode (`recovery_of`); None without an episode or evals."""
     series: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
     """Every scalar of the run, for the report's charts."""
 
@@ -263,26 +263,39 @@ def _replay(result: Analysis, series: dict, live_config: Any) -> None:
             )
 
 
+def episode_starts(alerts: list[dict[str, Any]]) -> list[int]:
+    """Where each episode began: a warning or critical alert on the run's state (not a
+    setup rule's, which says how the run was configured) opened while none before it was
+    open. An episode ends when its last alert clears."""
+    starts: list[int] = []
+    open_until = -math.inf
+    chosen = [a for a in alerts if is_precursor(a["severity"], a["detector"])]
+    for a in sorted(chosen, key=lambda a: a["step"]):
+        if a["step"] > open_until:
+            starts.append(int(a["step"]))
+        cleared = a.get("cleared_step")
+        open_until = max(open_until, math.inf if cleared is None else cleared)
+    return starts
+
+
 def recovery_of(
     evals: tuple[np.ndarray, np.ndarray], alerts: list[dict[str, Any]]
 ) -> dict[str, Any] | None:
-    """The last evaluation judged against the best evaluation before the episode (the
-    first warning or critical alert on the run's state: not a setup rule's, which says how
-    the run was configured), never against one that had already fallen."""
-    starts = [a["step"] for a in alerts if is_precursor(a["severity"], a["detector"])]
+    """The last evaluation against the best one before the last episode evaluated in
+    (`episode_starts`), never one already fallen. Not the first episode: a warning that
+    cleared before the run learned (held-out 0.001 then, 0.43 at its peak, 0 at the end)
+    would call a run that lost all it learned "back to its pre-episode level"."""
     pairs = [(int(s), float(v)) for s, v in zip(*evals, strict=True) if math.isfinite(v)]
-    if not starts or not pairs:
+    starts = [s for s in episode_starts(alerts) if pairs and s <= pairs[-1][0]]
+    if not starts:
         return None
-    start = min(starts)
+    start = starts[-1]
     before = [(s, v) for s, v in pairs if s < start]
-    after = [(s, v) for s, v in pairs if s >= start]
-    if not after:
-        return None
-    ok, why = recovered(after[-1][1], before)
+    ok, why = recovered(pairs[-1][1], before)
     return {
         "episode_start": start,
-        "step": after[-1][0],
-        "eval_acc": after[-1][1],
+        "step": pairs[-1][0],
+        "eval_acc": pairs[-1][1],
         "recovered": ok,
         "why": why,
     }
