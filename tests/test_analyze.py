@@ -16,6 +16,7 @@ from torchless_cli import run_cli
 from bench.browser import chromium_available, chromium_page, wait_until
 from monitor.analysis.analyze import (
     analyze_run,
+    diverged_at,
     fall_z,
     find_onset,
     moved_at,
@@ -228,6 +229,43 @@ def test_a_healthy_run_has_no_onset(tmp_path):
     a = analyze_run(str(record(tmp_path / "healthy", collapse=False)))
     assert a.onset is None and a.precursors == [] and a.first_factor is None
     assert any("no collapse" in n for n in a.notes)
+
+
+def test_diverged_at_is_the_start_of_the_non_finite_tail():
+    steps = np.arange(10)
+    nan, inf = math.nan, math.inf
+    loss = (steps, np.array([1, 1, nan, 1, 1, 1, 1, nan, nan, nan], dtype=float))
+    grad = (np.array([0, 5, 6, 9]), np.array([1.0, 1.0, inf, 1.0]))  # logged sparsely
+    assert diverged_at(steps, {"optim/loss": loss}) == 7  # a NaN that healed is no divergence
+    # grad norm inf at 6, loss NaN from 7: non-finite from 6 to the end (no row at 8 logs
+    # the grad norm, and the finite 1.0 at 9 is one metric while the loss is NaN there)
+    assert diverged_at(steps, {"optim/loss": loss, "optim/grad_norm": grad}) == 6
+    assert diverged_at(steps, {"optim/grad_norm": grad}) is None  # finite at the end
+    assert diverged_at(steps, {"reward/mean": loss}) is None  # only loss and gradient norm
+    assert diverged_at(steps[:3], {"optim/loss": (steps[:3], np.full(3, nan))}) == 0
+
+
+def test_a_run_that_diverged_with_its_outcome_still_up_is_a_collapse(tmp_path):
+    """A TRL run's shape (a public one ends so): the reward holds to the last step,
+    where the gradient norm and the loss turn NaN; the KL had climbed before."""
+    with Monitor(tmp_path / "nan") as mon:
+        for step, scalars in collapsing_stream(n=120, collapse=False):
+            scalars["optim/loss"] = 0.1
+            if step >= 90:
+                scalars["mismatch/kl_k1"] *= math.exp((step - 90) / 3)
+            if step >= 117:
+                scalars["optim/grad_norm"] = scalars["optim/loss"] = math.nan
+            mon.log(step, scalars)
+    a = analyze_run(str(tmp_path / "nan"))
+    assert a.onset is None and a.diverged == 117 and a.collapse_step == 117
+    assert a.precursors and a.precursors[0].metric == "mismatch/kl_k1"
+    assert 90 <= a.precursors[0].moved_step < 117
+    data = a.to_dict()
+    assert data["collapsed"] is True and data["diverged"] == 117
+    out = run_cli("analyze", str(tmp_path / "nan"))
+    assert out.returncode == 0, out.stderr
+    assert "diverged: the loss or the gradient norm is non-finite from step 117" in out.stdout
+    assert "no collapse found" not in out.stdout
 
 
 def test_cli_json_and_html(collapsed_run, tmp_path):

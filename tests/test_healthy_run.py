@@ -5,7 +5,8 @@ from pathlib import Path
 
 from dashboard.story import _back_to
 from monitor import Monitor
-from monitor.analysis.analyze import analyze_run, episode_starts
+from monitor.analysis.analyze import analyze_run
+from monitor.analysis.recovery import episode_starts
 from monitor.config import MonitorConfig
 from monitor.remediation.healthy import noise_band
 from monitor.store.reader import RunReader

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from bench import REPO
-from monitor.analysis.analyze import OUTCOME_METRICS, find_onset
+from monitor.analysis.analyze import DIVERGENCE_METRICS, OUTCOME_METRICS, diverged_at, find_onset
 from monitor.config import MonitorConfig
 from monitor.detectors.rules import CLIP_ON, LENGTH_NORM, MINI_BATCHES
 from monitor.importers import parse
@@ -104,8 +104,9 @@ def label_run(run: Run) -> Run:
             onset = find_onset(*series[name], name, rule)
             run.outcome, run.onset = name, (onset.step if onset else None)
             break
-    if run.onset is None and _diverged(run.stream) is not None:
-        run.onset = _diverged(run.stream)
+    if run.onset is None:
+        steps = np.asarray([step for step, _ in run.stream])
+        run.onset = diverged_at(steps, run.series(lambda name: name in DIVERGENCE_METRICS))
     if run.onset is not None:
         run.label = "collapse"
     else:
@@ -116,20 +117,6 @@ def label_run(run: Run) -> Run:
         if onset is not None:  # reward held, the held-out score lost half its gain
             run.label, run.onset, run.outcome = "ambiguous", onset.step, "eval/acc"
     return run
-
-
-def _diverged(stream: Stream) -> int | None:
-    """First step from which the loss or gradient norm stays non-finite to the end."""
-    bad = [
-        any(not math.isfinite(v.get(m, 0.0)) for m in ("optim/loss", "optim/grad_norm"))
-        for _, v in stream
-    ]
-    if not bad or not bad[-1]:
-        return None
-    i = len(bad) - 1
-    while i > 0 and bad[i - 1]:
-        i -= 1
-    return stream[i][0]
 
 
 # ---------------------------------------------------------------------------- lab runs

@@ -4,12 +4,12 @@ Definitions, stated once (what `minirl analyze` reports):
 - Outcome: the first of OUTCOME_METRICS with at least MIN_POINTS finite values, unless chosen.
 - Collapse: the outcome smoothed by a centred running median over w = clip(n/25, 5, 51)
   points; peak = its maximum, final = the median of the last w raw values. By the
-  monitor's own drop rule (`reward_collapse`, or `eval_collapse` for eval/acc), the run
-  collapsed when the peak gained at least `min_peak_gain` over low (`zero`, or the lowest
-  smoothed point before the peak if lower) and (peak − final) / (peak − low) ≥ crit_drop;
-  for a `from_start` rule the first value is a peak too.
-- Onset: the first step after the peak where the smoothed outcome falls below
-  peak − ONSET_FRAC · (peak − final) for good, by more than its noise (`fall_z`).
+  monitor's drop rule (`reward_collapse`, `eval_collapse` for eval/acc), the run collapsed
+  when the peak gained ≥ `min_peak_gain` over low (`zero`, or the lowest smoothed point
+  before the peak if lower) and (peak − final) / (peak − low) ≥ crit_drop (a
+  `from_start` rule: the first value is a peak too).
+- Onset: the first step after the peak where the smoothed outcome falls below peak −
+  ONSET_FRAC · (peak − final) for good, beyond its noise (`fall_z`); else `diverged_at`.
 - Precursor: any other metric (not the outcome's family, not perf/*) whose robust z
   against its pre-onset baseline (the first half of the steps before the onset; log scale
   for a positive metric) reaches Z_MOVED for PERSIST points; lead = onset − moved.
@@ -25,17 +25,17 @@ from typing import Any
 
 import numpy as np
 
+from monitor.analysis.recovery import recovery_of
 from monitor.config import MonitorConfig
 from monitor.detectors import DetectorSet
 from monitor.detectors.rules import ChangeRule, DropRule, LevelRule
-from monitor.remediation.healthy import recovered
-from monitor.remediation.run_health import is_precursor
 from monitor.store.reader import RunReader
 from monitor.store.records import AlertDraft
 
 OUTCOME_METRICS = ("reward/acc", "reward/mean", "eval/acc")
 MIN_POINTS = 20
 ONSET_FRAC = 0.2
+DIVERGENCE_METRICS = ("optim/loss", "optim/grad_norm")
 Z_MOVED = 5.0
 PERSIST = 3
 MIN_BASELINE = 8
@@ -94,6 +94,8 @@ class Analysis:
     first_factor: str | None = None
     baseline_end: int | None = None
     """Precursor baselines use the steps before this one."""
+    diverged: int | None = None
+    """First step of a divergence (`diverged_at`), or None."""
     alerts: list[Any] = field(default_factory=list)
     actions: list[Any] = field(default_factory=list)
     events: list[Any] = field(default_factory=list)
@@ -110,6 +112,11 @@ class Analysis:
     series: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
     """Every scalar of the run, for the report's charts."""
 
+    @property
+    def collapse_step(self) -> int | None:
+        """The onset of the outcome's fall, else of a divergence: what precursors lead."""
+        return self.onset.step if self.onset is not None else self.diverged
+
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able data (NaN and inf as strings), without the raw series."""
 
@@ -123,7 +130,7 @@ class Analysis:
             return value
 
         out = {k: v for k, v in dataclasses.asdict(self).items() if k != "series"}
-        out["collapsed"] = self.onset is not None
+        out["collapsed"] = self.collapse_step is not None
         return clean(out)
 
 
@@ -194,6 +201,21 @@ def fall_z(values: np.ndarray, i: int) -> float:
     return fall / (sigma * math.sqrt(1 / len(before) + 1 / len(after)))
 
 
+def diverged_at(steps: np.ndarray, series: dict[str, tuple[np.ndarray, np.ndarray]]) -> int | None:
+    """First step from which the loss or the gradient norm (DIVERGENCE_METRICS) is
+    non-finite at every logged step to the end: a run can diverge with no outcome left to
+    fall (the last evaluation before the NaN still high)."""
+    bad = np.zeros(len(steps), dtype=bool)
+    for name in DIVERGENCE_METRICS:
+        if name in series:
+            s, v = series[name]
+            bad |= np.isin(steps, s[~np.isfinite(v)])
+    if not bad.any() or not bad[-1]:
+        return None
+    good = np.nonzero(~bad)[0]
+    return int(steps[good[-1] + 1 if len(good) else 0])
+
+
 def moved_at(
     steps: np.ndarray, values: np.ndarray, baseline_end: int, z_moved: float = Z_MOVED
 ) -> tuple[int, float, float, float, bool] | None:
@@ -261,44 +283,6 @@ def _replay(result: Analysis, series: dict, live_config: Any) -> None:
                 "the detectors replayed on this run do not open the alerts stored live "
                 "(a run monitored with other thresholds, or with steps dropped by a resume)"
             )
-
-
-def episode_starts(alerts: list[dict[str, Any]]) -> list[int]:
-    """Where each episode began: a warning or critical alert on the run's state (not a
-    setup rule's, which says how the run was configured) opened while none before it was
-    open. An episode ends when its last alert clears."""
-    starts: list[int] = []
-    open_until = -math.inf
-    chosen = [a for a in alerts if is_precursor(a["severity"], a["detector"])]
-    for a in sorted(chosen, key=lambda a: a["step"]):
-        if a["step"] > open_until:
-            starts.append(int(a["step"]))
-        cleared = a.get("cleared_step")
-        open_until = max(open_until, math.inf if cleared is None else cleared)
-    return starts
-
-
-def recovery_of(
-    evals: tuple[np.ndarray, np.ndarray], alerts: list[dict[str, Any]]
-) -> dict[str, Any] | None:
-    """The last evaluation against the best one before the last episode evaluated in
-    (`episode_starts`), never one already fallen. Not the first episode: a warning that
-    cleared before the run learned (held-out 0.001 then, 0.43 at its peak, 0 at the end)
-    would call a run that lost all it learned "back to its pre-episode level"."""
-    pairs = [(int(s), float(v)) for s, v in zip(*evals, strict=True) if math.isfinite(v)]
-    starts = [s for s in episode_starts(alerts) if pairs and s <= pairs[-1][0]]
-    if not starts:
-        return None
-    start = starts[-1]
-    before = [(s, v) for s, v in pairs if s < start]
-    ok, why = recovered(pairs[-1][1], before)
-    return {
-        "episode_start": start,
-        "step": pairs[-1][0],
-        "eval_acc": pairs[-1][1],
-        "recovered": ok,
-        "why": why,
-    }
 
 
 def find_precursors(
@@ -375,21 +359,22 @@ def analyze_run(
         if name in series and np.isfinite(series[name][1]).sum() >= MIN_POINTS:
             result.outcome = name
             break
+    result.diverged = diverged_at(steps, series)
     if result.outcome is None:
         result.notes.append(
             f"no outcome metric with ≥ {MIN_POINTS} values ({', '.join(candidates)}): "
             "collapse onset not assessed"
         )
+    else:
+        drops = config.detectors
+        rule = drops.eval_collapse if result.outcome == "eval/acc" else drops.reward_collapse
+        result.onset = find_onset(*series[result.outcome], result.outcome, rule)
+        if result.onset is None:
+            result.notes.append(f"no collapse: {result.outcome} kept at least half of its gain")
+    onset = result.collapse_step
+    if onset is None:
         return result
-    drops = config.detectors
-    rule = drops.eval_collapse if result.outcome == "eval/acc" else drops.reward_collapse
-    result.onset = find_onset(*series[result.outcome], result.outcome, rule)
-    if result.onset is None:
-        result.notes.append(f"no collapse: {result.outcome} kept at least half of its gain")
-        return result
-
-    onset = result.onset.step
-    found = find_precursors(series, onset, result.outcome, config)
+    found = find_precursors(series, onset, result.outcome or OUTCOME_METRICS[0], config)
     if found is None:
         pre = int((steps < onset).sum())
         result.notes.append(f"only {pre} steps before the onset: too few for a baseline")

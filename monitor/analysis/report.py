@@ -109,7 +109,7 @@ def _precursor_figure(a: Analysis) -> Any:
                 col=1,
             )
         fig.add_vline(x=p.moved_step, line_dash="dot", line_color="#ff7f0e", row=row, col=1)
-        fig.add_vline(x=a.onset.step, line_dash="dash", line_color="#d62728", row=row, col=1)
+        fig.add_vline(x=a.collapse_step, line_dash="dash", line_color="#d62728", row=row, col=1)
         if p.log_scale:
             fig.update_yaxes(type="log", row=row, col=1)
     fig.update_layout(
@@ -177,7 +177,7 @@ def render_html(a: Analysis) -> str:
     figures = []
     if a.outcome is not None:
         figures.append(_outcome_figure(a))
-    if a.precursors and a.onset is not None:
+    if a.precursors and a.collapse_step is not None:
         figures.append(_precursor_figure(a))
     factor = _factor_figure(a)
     if factor is not None:
@@ -194,6 +194,11 @@ def render_html(a: Analysis) -> str:
         )
         if a.first_factor:
             verdict += f" First factor of the IS weight to break: {a.first_factor}."
+    elif a.diverged is not None:
+        verdict = (
+            f"Diverged: the loss or the gradient norm is non-finite from step {a.diverged} "
+            "to the end."
+        )
     else:
         verdict = "No collapse found. " + " ".join(a.notes)
     if a.recovery is not None:

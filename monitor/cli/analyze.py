@@ -24,12 +24,18 @@ from monitor.analysis.event_text import event_text
 
 def _text(a) -> str:  # a: Analysis
     lines = [f"run {a.run} ({a.run_id}), steps {a.first_step}..{a.last_step}"]
+    if a.diverged is not None:
+        lines.append(
+            f"diverged: the loss or the gradient norm is non-finite from step {a.diverged} "
+            "to the end"
+        )
     if a.onset is not None:
         o = a.onset
         lines.append(
             f"collapse: {o.metric} fell from {o.peak:.4g} (peak at step {o.peak_step}) to "
             f"{o.final:.4g}, {o.drop:.0%} of its gain lost; onset at step {o.step}"
         )
+    if a.collapse_step is not None:
         lines.append(f"factor of the IS weight that broke first: {a.first_factor or 'none found'}")
         lines.append(f"precursors ({len(a.precursors)}), earliest first:")
         for p in a.precursors:
@@ -38,7 +44,7 @@ def _text(a) -> str:  # a: Analysis
                 f"{p.moved_step} (|z| {p.z:.3g}; {p.value:.4g} vs baseline {p.baseline:.4g})"
                 f"  [{p.factor or '-'}]"
             )
-    else:
+    if a.collapse_step is None:
         lines.append("no collapse found")
     if a.recovery is not None:
         r = a.recovery
@@ -97,11 +103,13 @@ def _first_alert(a) -> dict | None:  # a: Analysis
 def _folder_line(name: str, a) -> str:  # a: Analysis
     first = _first_alert(a)
     alert = f"{first['severity']} {first['detector']} at {first['step']}" if first else "none"
-    if a.onset is None:
+    onset = a.collapse_step
+    if onset is None:
         return f"{name:<32} {'no collapse':<28} first alert: {alert}"
-    lead = f", lead {a.onset.step - first['step']}" if first else ""
+    lead = f", lead {onset - first['step']}" if first else ""
+    what = a.onset.metric if a.onset is not None else "diverged"
     return (
-        f"{name:<32} {f'collapse at {a.onset.step} ({a.onset.metric})':<28} first alert: "
+        f"{name:<32} {f'collapse at {onset} ({what})':<28} first alert: "
         f"{alert}{lead}; broke first: {a.first_factor or 'none found'}"
     )
 
