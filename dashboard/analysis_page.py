@@ -89,7 +89,8 @@ def _analysis_tab(run: RunEntry) -> None:
             start = (onset["step"], f"onset (step {onset['step']})", "#d0021b")
             charts.add_vlines(fig, [peak, start])
         if r["baseline_end"] is not None:
-            charts.add_vlines(fig, [(r["baseline_end"], "baseline end", "#7f7f7f")])
+            ends = [(r["baseline_start"], "baseline start"), (r["baseline_end"], "baseline end")]
+            charts.add_vlines(fig, [(step, name, "#7f7f7f") for step, name in ends])
         st.plotly_chart(fig, key="outcome")
     precursors = r["precursors"]
     if not precursors:

@@ -19,6 +19,7 @@ from monitor.analysis.analyze import (
     diverged_at,
     fall_z,
     find_onset,
+    learned_at,
     moved_at,
     running_median,
     smoothing_width,
@@ -266,6 +267,44 @@ def test_a_run_that_diverged_with_its_outcome_still_up_is_a_collapse(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "diverged: the loss or the gradient norm is non-finite from step 117" in out.stdout
     assert "no collapse found" not in out.stdout
+
+
+def test_learned_at_is_where_the_outcome_first_reached_half_its_gain():
+    steps = np.arange(200)
+    reward = np.clip((steps - 80) / 20, 0, 1) * 0.6  # 0 until 80, 0.6 from 100
+    reward[150:] = 0.05  # the fall: not part of what was learned before the onset
+    assert learned_at(steps, reward, before=150) == 90  # 0.3 there: half of 0.6
+    assert learned_at(steps, np.full(200, 0.4), before=150) == 0  # nothing to learn
+    assert learned_at(steps, reward, before=0) is None
+
+
+def test_what_moved_while_the_run_learned_is_no_precursor(tmp_path):
+    """Taoger-Xu's public run, in shape: nothing learned for 80 steps, then the reward and
+    with it the answers' length rise; the KL climbs from 170, the reward falls at 220. A
+    baseline over the first half of the pre-onset steps (mostly before the run learned)
+    ranked the length's rise with learning, 140 steps ahead, as the first precursor."""
+    rng = np.random.default_rng(0)
+    with Monitor(tmp_path / "learns") as mon:
+        for t in range(300):
+            reward = 0.6 * min(max((t - 80) / 20, 0), 1)
+            if t >= 220:
+                reward = max(0.6 - 0.55 * (t - 220) / 20, 0.05)
+            kl = 1e-3 * math.exp(rng.normal(0, 0.1) + max(t - 170, 0) / 15)
+            length = 100 + 300 * min(max((t - 80) / 20, 0), 1)
+            mon.log(
+                t,
+                {
+                    "reward/mean": float(np.clip(reward + rng.normal(0, 0.03), 0, 1)),
+                    "mismatch/kl_k1": kl,
+                    "response/len_mean": length * math.exp(rng.normal(0, 0.03)),
+                },
+            )
+    a = analyze_run(str(tmp_path / "learns"))
+    assert a.onset is not None and 220 <= a.onset.step <= 230
+    assert a.baseline_start is not None and 85 <= a.baseline_start <= 95
+    names = [p.metric for p in a.precursors]
+    assert names[0] == "mismatch/kl_k1" and "response/len_mean" not in names
+    assert 170 <= a.precursors[0].moved_step < a.onset.step
 
 
 def test_cli_json_and_html(collapsed_run, tmp_path):

@@ -92,7 +92,7 @@ def announced(run: Run) -> bool:
 
     arrays = run.series(kept)
     found = find_precursors(arrays, run.onset, outcome, MonitorConfig())
-    return found is not None and any(p.lead >= LEAD_GOAL for p in found[1])
+    return found is not None and any(p.lead >= LEAD_GOAL for p in found[2])
 
 
 def family(trainer: str) -> str:

@@ -11,8 +11,8 @@ Definitions, stated once (what `minirl analyze` reports):
 - Onset: the first step after the peak where the smoothed outcome falls below peak −
   ONSET_FRAC · (peak − final) for good, beyond its noise (`fall_z`); else `diverged_at`.
 - Precursor: any other metric (not the outcome's family, not perf/*) whose robust z
-  against its pre-onset baseline (the first half of the steps before the onset; log scale
-  for a positive metric) reaches Z_MOVED for PERSIST points; lead = onset − moved.
+  against its baseline (the first half of the pre-onset steps once the run had learned,
+  `learned_at`; log scale if positive) reaches Z_MOVED for PERSIST points; lead = onset − moved.
 - Factor first broken: that of the earliest-moving precursor among the IS factors' metrics.
 """
 
@@ -26,11 +26,10 @@ from typing import Any
 import numpy as np
 
 from monitor.analysis.recovery import recovery_of
+from monitor.analysis.replay import DISAGREES, UNREADABLE, agrees, replay
 from monitor.config import MonitorConfig
-from monitor.detectors import DetectorSet
 from monitor.detectors.rules import ChangeRule, DropRule, LevelRule
 from monitor.store.reader import RunReader
-from monitor.store.records import AlertDraft
 
 OUTCOME_METRICS = ("reward/acc", "reward/mean", "eval/acc")
 MIN_POINTS = 20
@@ -92,8 +91,9 @@ class Analysis:
     onset: Onset | None
     precursors: list[Precursor] = field(default_factory=list)
     first_factor: str | None = None
+    baseline_start: int | None = None
     baseline_end: int | None = None
-    """Precursor baselines use the steps before this one."""
+    """Precursor baselines use the steps from `baseline_start` up to this one."""
     diverged: int | None = None
     """First step of a divergence (`diverged_at`), or None."""
     alerts: list[Any] = field(default_factory=list)
@@ -217,11 +217,15 @@ def diverged_at(steps: np.ndarray, series: dict[str, tuple[np.ndarray, np.ndarra
 
 
 def moved_at(
-    steps: np.ndarray, values: np.ndarray, baseline_end: int, z_moved: float = Z_MOVED
+    steps: np.ndarray,
+    values: np.ndarray,
+    baseline_end: int,
+    z_moved: float = Z_MOVED,
+    since: float = -math.inf,
 ) -> tuple[int, float, float, float, bool] | None:
     """(step, z, baseline, value, log_scale) of the first persistent move after the
-    baseline (steps < baseline_end), or None."""
-    base = values[(steps < baseline_end) & np.isfinite(values)]
+    baseline (since <= steps < baseline_end), or None."""
+    base = values[(steps >= since) & (steps < baseline_end) & np.isfinite(values)]
     if len(base) < MIN_BASELINE:
         return None
     log_scale = bool(np.all(base > 0))
@@ -258,31 +262,19 @@ def factor_of(metric: str, config: MonitorConfig) -> str | None:
 # ------------------------------------------------------------------------ the run
 
 
-def _replay(result: Analysis, series: dict, live_config: Any) -> None:
-    """Replay the stored stream through the detectors the run was monitored with (its
-    stored `monitor` config, else the defaults) and compare with the alerts stored live."""
-    try:
-        config = MonitorConfig.from_dict(live_config if isinstance(live_config, dict) else None)
-    except Exception:  # a config of another version: replay with the defaults, say so
-        config = MonitorConfig()
-        result.notes.append("the run's monitor config could not be read: replayed with defaults")
-    stream: dict[int, dict[str, float]] = {}
-    for name, (s, v) in series.items():
-        for step, value in zip(s.tolist(), v.tolist(), strict=True):
-            stream.setdefault(step, {})[name] = value
-    detectors = DetectorSet(config.detectors)
-    for step in sorted(stream):
-        for change in detectors.update(step, stream[step]):
-            if isinstance(change, AlertDraft) and change.severity != "info":
-                result.replayed.append({"step": step, **dataclasses.asdict(change)})
-    live = {(a["step"], a["detector"]) for a in result.alerts if a["severity"] != "info"}
-    if result.alerts:
-        result.replay_agrees = live == {(a["step"], a["detector"]) for a in result.replayed}
-        if not result.replay_agrees:
-            result.notes.append(
-                "the detectors replayed on this run do not open the alerts stored live "
-                "(a run monitored with other thresholds, or with steps dropped by a resume)"
-            )
+def learned_at(steps: np.ndarray, values: np.ndarray, before: int) -> int | None:
+    """The first step where the outcome, smoothed as `find_onset` smooths it, was half-way
+    from its low to its peak before `before`: from there the run had learned. A baseline
+    taken while it learns makes the learning itself (longer answers, a larger gradient, a
+    clip share growing with the reward) read as precursors of the fall."""
+    ok = np.isfinite(values) & (steps < before)
+    s, v = steps[ok], values[ok]
+    if len(v) == 0:
+        return None
+    smooth = running_median(v, smoothing_width(len(v)))
+    p = int(np.argmax(smooth))
+    half = (float(smooth[: p + 1].min()) + float(smooth[p])) / 2
+    return int(s[int(np.argmax(smooth >= half))])
 
 
 def find_precursors(
@@ -290,20 +282,25 @@ def find_precursors(
     onset: int,
     outcome: str,
     config: MonitorConfig,
-) -> tuple[int, list[Precursor]] | None:
-    """(baseline_end, precursors) of a collapse at `onset` (module docstring), earliest
-    first; None with fewer than 2·MIN_BASELINE logged steps before the onset."""
+) -> tuple[int, int, list[Precursor]] | None:
+    """(baseline_start, baseline_end, precursors) of a collapse at `onset` (module
+    docstring), earliest first; None with fewer than 2·MIN_BASELINE logged steps before
+    the onset. The baseline starts where the run had learned (`learned_at`) when as many
+    steps are left after it, else at the first step."""
     steps = np.unique(np.concatenate([s for s, _ in series.values()] or [np.array([])]))
     pre = steps[steps < onset]
+    learned = learned_at(*series[outcome], onset) if outcome in series else None
+    if learned is not None and (pre >= learned).sum() >= 2 * MIN_BASELINE:
+        pre = pre[pre >= learned]
     if len(pre) < 2 * MIN_BASELINE:
         return None
-    baseline_end = int(pre[len(pre) // 2])
+    baseline_start, baseline_end = int(pre[0]), int(pre[len(pre) // 2])
     family = outcome.split("/")[0] + "/"
     found = []
     for name, (s, v) in series.items():
         if name.startswith(family) or name.startswith(_NOT_PRECURSORS):
             continue
-        moved = moved_at(s, v, baseline_end)
+        moved = moved_at(s, v, baseline_end, since=baseline_start)
         if moved is None or moved[0] > onset:
             continue
         step, z, base, value, log_scale = moved
@@ -322,7 +319,7 @@ def find_precursors(
             )
         )
     found.sort(key=lambda p: (-p.lead, -p.z, p.metric))
-    return baseline_end, found
+    return baseline_start, baseline_end, found
 
 
 def analyze_run(
@@ -347,7 +344,12 @@ def analyze_run(
             events=[dataclasses.asdict(e) for e in reader.events()],
             series=series,
         )
-    _replay(result, series, meta.config.get("monitor") if isinstance(meta.config, dict) else None)
+    live_config = meta.config.get("monitor") if isinstance(meta.config, dict) else None
+    result.replayed, read = replay(series, live_config)
+    result.notes += [] if read else [UNREADABLE]
+    if result.alerts:
+        result.replay_agrees = agrees(result.alerts, result.replayed)
+        result.notes += [] if result.replay_agrees else [DISAGREES]
     if "eval/acc" in series:
         result.recovery = recovery_of(series["eval/acc"], result.alerts)
     if outcome is not None and outcome not in series:
@@ -379,7 +381,7 @@ def analyze_run(
         pre = int((steps < onset).sum())
         result.notes.append(f"only {pre} steps before the onset: too few for a baseline")
         return result
-    result.baseline_end, result.precursors = found
+    result.baseline_start, result.baseline_end, result.precursors = found
     first = next((p for p in result.precursors if p.factor in IS_FACTORS), None)
     result.first_factor = first.factor if first else None
     return result

@@ -98,9 +98,9 @@ def _precursor_figure(a: Analysis) -> Any:
     for row, p in enumerate(shown, start=1):
         xs, ys = _thin(*a.series[p.metric])
         fig.add_scatter(x=xs, y=ys, name=p.metric, row=row, col=1, showlegend=False)
-        if a.first_step is not None and a.baseline_end is not None:
+        if a.baseline_start is not None and a.baseline_end is not None:
             fig.add_vrect(
-                x0=a.first_step,
+                x0=a.baseline_start,
                 x1=a.baseline_end,
                 fillcolor="#bbbbbb",
                 opacity=0.2,
@@ -122,13 +122,14 @@ def _precursor_figure(a: Analysis) -> Any:
 def _factor_figure(a: Analysis) -> Any | None:
     import plotly.graph_objects as go
 
-    end = a.baseline_end if a.baseline_end is not None else None
+    start = a.baseline_start if a.baseline_start is not None else -math.inf
+    end = a.baseline_end if a.baseline_end is not None else math.inf
     fig = go.Figure()
     for name in FACTOR_METRICS:
         if name not in a.series or not len(a.series[name][0]):
             continue
         steps, values = a.series[name]
-        base_vals = values[np.isfinite(values) & ((steps < end) if end is not None else True)]
+        base_vals = values[np.isfinite(values) & (steps >= start) & (steps < end)]
         base = float(np.median(base_vals)) if len(base_vals) else float("nan")
         if not math.isfinite(base) or base <= 0:
             continue
