@@ -297,6 +297,10 @@ def test_what_moved_while_the_run_learned_is_no_precursor(tmp_path):
                     "reward/mean": float(np.clip(reward + rng.normal(0, 0.03), 0, 1)),
                     "mismatch/kl_k1": kl,
                     "response/len_mean": length * math.exp(rng.normal(0, 0.03)),
+                    # bookkeeping that moves on every run: a counter, and a step time
+                    # that grows with the answers
+                    "epoch": t / 50,
+                    "timing_s/step": length / 10 * math.exp(rng.normal(0, 0.03)) + t / 10,
                 },
             )
     a = analyze_run(str(tmp_path / "learns"))
@@ -305,6 +309,21 @@ def test_what_moved_while_the_run_learned_is_no_precursor(tmp_path):
     names = [p.metric for p in a.precursors]
     assert names[0] == "mismatch/kl_k1" and "response/len_mean" not in names
     assert 170 <= a.precursors[0].moved_step < a.onset.step
+    assert not {"epoch", "timing_s/step"} & set(names)
+
+
+def test_no_precursors_when_the_run_learned_just_before_it_fell(tmp_path):
+    """Learned at ~90, fallen from 100: 10 steps are too few for a baseline, and one from
+    before it learned would list the learning as precursors."""
+    with Monitor(tmp_path / "late") as mon:
+        for t in range(160):
+            reward = 0.6 * min(max((t - 80) / 20, 0), 1) if t < 100 else 0.02
+            mon.log(t, {"reward/mean": reward, "response/len_mean": 100 + 3 * reward * 100})
+    a = analyze_run(str(tmp_path / "late"))
+    assert a.onset is not None and a.precursors == []
+    (note,) = [n for n in a.notes if "too few for a baseline" in n]
+    learned = int(note.split("had learned (step ")[1].split(")")[0])
+    assert 85 <= learned <= 95 and note.startswith(f"only {a.onset.step - learned} steps")
 
 
 def test_cli_json_and_html(collapsed_run, tmp_path):

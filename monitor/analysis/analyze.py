@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,7 +52,12 @@ _PREFIX_FACTOR = {
     "reward/": "outcome",
     "eval/": "outcome",
 }
-_NOT_PRECURSORS = ("perf/",)
+BOOKKEEPING = re.compile(
+    r"(^|/)(perf|timing\w*|time|\w*_time|\w*_seconds?|\w*memory\w*|\w*mem_\w*|epoch|\w*global_step|"
+    r"num_tokens|wall_time)(/|$)"
+)
+"""Names no precursor has: timings, memory, counters that grow with every step (ours
+under perf/, verl's timing_s/ and actor/perf/, TRL's epoch and num_tokens...)."""
 
 
 @dataclass(frozen=True)
@@ -284,21 +290,20 @@ def find_precursors(
     config: MonitorConfig,
 ) -> tuple[int, int, list[Precursor]] | None:
     """(baseline_start, baseline_end, precursors) of a collapse at `onset` (module
-    docstring), earliest first; None with fewer than 2·MIN_BASELINE logged steps before
-    the onset. The baseline starts where the run had learned (`learned_at`) when as many
-    steps are left after it, else at the first step."""
+    docstring), earliest first; None with fewer than 2·MIN_BASELINE logged steps from
+    where the run had learned (`learned_at`; its first step if no outcome) to the onset:
+    a baseline from before it learned would list the learning as precursors."""
     steps = np.unique(np.concatenate([s for s, _ in series.values()] or [np.array([])]))
     pre = steps[steps < onset]
     learned = learned_at(*series[outcome], onset) if outcome in series else None
-    if learned is not None and (pre >= learned).sum() >= 2 * MIN_BASELINE:
-        pre = pre[pre >= learned]
+    pre = pre if learned is None else pre[pre >= learned]
     if len(pre) < 2 * MIN_BASELINE:
         return None
     baseline_start, baseline_end = int(pre[0]), int(pre[len(pre) // 2])
     family = outcome.split("/")[0] + "/"
     found = []
     for name, (s, v) in series.items():
-        if name.startswith(family) or name.startswith(_NOT_PRECURSORS):
+        if name.startswith(family) or BOOKKEEPING.search(name):
             continue
         moved = moved_at(s, v, baseline_end, since=baseline_start)
         if moved is None or moved[0] > onset:
@@ -378,8 +383,11 @@ def analyze_run(
         return result
     found = find_precursors(series, onset, result.outcome or OUTCOME_METRICS[0], config)
     if found is None:
-        pre = int((steps < onset).sum())
-        result.notes.append(f"only {pre} steps before the onset: too few for a baseline")
+        o = result.outcome
+        since = learned_at(*series[o], onset) if o is not None else None
+        pre = int(((steps < onset) & (steps >= (since or steps[0]))).sum())
+        learned = "" if since is None else f" from where the run had learned (step {since})"
+        result.notes.append(f"only {pre} steps{learned} to the onset: too few for a baseline")
         return result
     result.baseline_start, result.baseline_end, result.precursors = found
     first = next((p for p in result.precursors if p.factor in IS_FACTORS), None)
