@@ -72,10 +72,9 @@ def _analysis_tab(run: RunEntry) -> None:
     onset = r["onset"]
     cols = st.columns(5)
     cols[0].metric("outcome metric", r["outcome"] or "–")
-    diverged = r["diverged"]
-    collapsed = "diverged" if diverged is not None and not onset else "yes" if onset else "no"
-    cols[1].metric("collapsed", collapsed)
-    cols[2].metric("onset step", onset["step"] if onset else "–" if diverged is None else diverged)
+    step = onset["step"] if onset else r["diverged"]  # a divergence is a collapse too
+    cols[1].metric("collapsed", "yes" if onset else "no" if step is None else "diverged")
+    cols[2].metric("onset step", "–" if step is None else step)
     cols[3].metric("share of gain lost", f"{onset['drop']:.0%}" if onset else "–")
     cols[4].metric("factor that broke first", r["first_factor"] or "–")
     for note in r["notes"]:

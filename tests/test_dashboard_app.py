@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import re
 from pathlib import Path
 
@@ -474,6 +475,17 @@ def test_analysis_page_shows_onset_precursors_and_first_factor(runs: Path):
     table = at.dataframe[0].value
     assert list(table["metric"]) == [p.metric for p in expected.precursors]
     assert "mismatch/kl_k1" in set(table["metric"])
+
+
+def test_analysis_page_calls_a_divergence_a_collapse(runs: Path):
+    mon = write_run(runs, "nan", 60, close=False)
+    for step in (60, 61):  # the reward still up, the loss and gradient norm NaN to the end
+        mon.log(step, {**_step_values(step, None), "optim/grad_norm": math.nan})
+    mon.close()
+    at = app("analysis", run="nan")
+    no_traceback(at)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["collapsed"] == "diverged" and metrics["onset step"] == "60"
 
 
 def test_analysis_compare_overlays_runs_on_one_axis(runs: Path):

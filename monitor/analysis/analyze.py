@@ -10,7 +10,7 @@ Definitions, stated once (what `minirl analyze` reports):
   `from_start` rule: the first value is a peak too).
 - Onset: the first step after the peak where the smoothed outcome falls below peak −
   ONSET_FRAC · (peak − final) for good, beyond its noise (`fall_z`); else `diverged_at`.
-- Precursor: any other metric (not the outcome's family, not perf/*) whose robust z
+- Precursor: any other metric (not the outcome's family, not BOOKKEEPING) whose robust z
   against its baseline (the first half of the pre-onset steps once the run had learned,
   `learned_at`; log scale if positive) reaches Z_MOVED for PERSIST points; lead = onset − moved.
 - Factor first broken: that of the earliest-moving precursor among the IS factors' metrics.
