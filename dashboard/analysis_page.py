@@ -72,9 +72,9 @@ def _analysis_tab(run: RunEntry) -> None:
     onset = r["onset"]
     cols = st.columns(5)
     cols[0].metric("outcome metric", r["outcome"] or "–")
-    step = onset["step"] if onset else r["diverged"]  # a divergence is a collapse too
-    cols[1].metric("collapsed", "yes" if onset else "no" if step is None else "diverged")
-    cols[2].metric("onset step", "–" if step is None else step)
+    fell = onset["step"] if onset else r["diverged"]  # a divergence is a collapse too
+    cols[1].metric("collapsed", "yes" if onset else "no" if fell is None else "diverged")
+    cols[2].metric("onset step", "–" if fell is None else fell)
     cols[3].metric("share of gain lost", f"{onset['drop']:.0%}" if onset else "–")
     cols[4].metric("factor that broke first", r["first_factor"] or "–")
     for note in r["notes"]:

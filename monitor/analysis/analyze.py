@@ -283,6 +283,17 @@ def learned_at(steps: np.ndarray, values: np.ndarray, before: int) -> int | None
     return int(s[int(np.argmax(smooth >= half))])
 
 
+def baseline_steps(
+    series: dict[str, tuple[np.ndarray, np.ndarray]], onset: int, outcome: str
+) -> tuple[np.ndarray, int | None]:
+    """(the steps a precursor baseline may use: before the onset, from where the run had
+    learned, since one from before would list the learning; that step, or None)."""
+    steps = np.unique(np.concatenate([s for s, _ in series.values()] or [np.array([])]))
+    learned = learned_at(*series[outcome], onset) if outcome in series else None
+    keep = (steps < onset) & (steps >= (-math.inf if learned is None else learned))
+    return steps[keep], learned
+
+
 def find_precursors(
     series: dict[str, tuple[np.ndarray, np.ndarray]],
     onset: int,
@@ -290,13 +301,8 @@ def find_precursors(
     config: MonitorConfig,
 ) -> tuple[int, int, list[Precursor]] | None:
     """(baseline_start, baseline_end, precursors) of a collapse at `onset` (module
-    docstring), earliest first; None with fewer than 2·MIN_BASELINE logged steps from
-    where the run had learned (`learned_at`; its first step if no outcome) to the onset:
-    a baseline from before it learned would list the learning as precursors."""
-    steps = np.unique(np.concatenate([s for s, _ in series.values()] or [np.array([])]))
-    pre = steps[steps < onset]
-    learned = learned_at(*series[outcome], onset) if outcome in series else None
-    pre = pre if learned is None else pre[pre >= learned]
+    docstring), earliest first; None with fewer than 2·MIN_BASELINE `baseline_steps`."""
+    pre, _ = baseline_steps(series, onset, outcome)
     if len(pre) < 2 * MIN_BASELINE:
         return None
     baseline_start, baseline_end = int(pre[0]), int(pre[len(pre) // 2])
@@ -381,13 +387,12 @@ def analyze_run(
     onset = result.collapse_step
     if onset is None:
         return result
-    found = find_precursors(series, onset, result.outcome or OUTCOME_METRICS[0], config)
+    outcome_name = result.outcome or OUTCOME_METRICS[0]
+    found = find_precursors(series, onset, outcome_name, config)
     if found is None:
-        o = result.outcome
-        since = learned_at(*series[o], onset) if o is not None else None
-        pre = int(((steps < onset) & (steps >= (since or steps[0]))).sum())
+        pre, since = baseline_steps(series, onset, outcome_name)
         learned = "" if since is None else f" from where the run had learned (step {since})"
-        result.notes.append(f"only {pre} steps{learned} to the onset: too few for a baseline")
+        result.notes.append(f"only {len(pre)} steps{learned} to the onset: too few for a baseline")
         return result
     result.baseline_start, result.baseline_end, result.precursors = found
     first = next((p for p in result.precursors if p.factor in IS_FACTORS), None)
