@@ -6,7 +6,7 @@ first and last point of the series, so spikes and crashes survive thinning and t
 global extremes are always drawn. Heat-map columns are reduced per bucket (sum for
 histogram counts, max for per-layer routing shares).
 
-Display only: analysis (monitor/analysis/analyze.py) always reads the full series. No I/O here.
+Display only: analysis (monitor/analysis/) always reads the full series. No I/O here.
 """
 
 from __future__ import annotations

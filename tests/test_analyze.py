@@ -14,16 +14,16 @@ from stream_factory import IS_OFF, kl_jump
 from torchless_cli import run_cli
 
 from bench.browser import chromium_available, chromium_page, wait_until
-from monitor.analysis.analyze import (
-    analyze_run,
+from monitor.analysis.analyze import analyze_run
+from monitor.analysis.collapse import (
     diverged_at,
     fall_z,
     find_onset,
     learned_at,
-    moved_at,
     running_median,
     smoothing_width,
 )
+from monitor.analysis.precursors import moved_at
 from monitor.config import MonitorConfig
 from monitor.monitor import Monitor
 

@@ -8,7 +8,7 @@ Every run is (step, {metric: value}) rows in our canonical names, plus what is k
   `minirl import` maps them (with the run's `map` in `labels.json` where a plain script
   needs `--map`); `SOURCES.md` cites each.
 
-Labels come from outcomes only, by one written rule: `monitor.analysis.analyze`'s
+Labels come from outcomes only, by one written rule: `monitor.analysis.collapse`'s
 collapse onset on the first outcome metric present. A run whose reward held while its
 held-out accuracy lost half its gain is `ambiguous`, counted neither way. A lab run whose
 incident did not collapse it is `survived`, reported apart. The split is fixed before any
@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from bench import REPO
-from monitor.analysis.analyze import DIVERGENCE_METRICS, OUTCOME_METRICS, diverged_at, find_onset
+from monitor.analysis.collapse import DIVERGENCE_METRICS, OUTCOME_METRICS, diverged_at, find_onset
 from monitor.config import MonitorConfig
 from monitor.detectors.rules import CLIP_ON, LENGTH_NORM, MINI_BATCHES
 from monitor.importers import parse

@@ -26,7 +26,7 @@ from bench.detection.corpus import Run
 from bench.detection.monitors import Fired
 from bench.detection.score import LEAD_GOAL
 from bench.detection.uncertainty import interval, uncertainty
-from monitor.analysis.analyze import find_precursors
+from monitor.analysis.precursors import find_precursors
 from monitor.config import MonitorConfig
 from monitor.detectors.change import ChangeDetector
 from monitor.detectors.config import ChangeRule

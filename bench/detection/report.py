@@ -37,7 +37,7 @@ TRIED = [
     "- The label rule called noise a collapse: on a reward of a few prompts a step (or of a "
     "run whose gradient was 0 on most steps: nothing trained), the running median's peak "
     "and its last window differ by half the gain by chance. A collapse now needs a fall "
-    "its noise cannot explain (`analyze.fall_z`: the mean after the onset at least 4 "
+    "its noise cannot explain (`collapse.fall_z`: the mean after the onset at least 4 "
     "standard errors below as many points before it); 14 public runs and 2 lab runs "
     "labelled collapse before are stable since. Every public collapse left falls ≥ 4.9 "
     "standard errors (one more is labelled by its non-finite loss); the 14 fell ≤ 2.5.",

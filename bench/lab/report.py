@@ -6,7 +6,7 @@
 markdown file (charts.py), and writes the exact command and recipes.
 
 What it does not do: run anything, or decide what a collapse is (summary.py, from
-monitor.analysis.analyze).
+monitor.analysis.collapse).
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ def write_stability_report(
         "Definitions: *peak*/*final* = highest/last held-out accuracy (`eval/acc`, sampled, "
         "200 held-out prompts × 2 samples); *late* = mean of the last 5 evaluations (the "
         "last 50 steps of a 200-step run), which the comparisons use; *collapsed* = a "
-        "collapse onset on `reward/acc` or `eval/acc` by `monitor.analysis.analyze.find_onset` "
+        "collapse onset on `reward/acc` or `eval/acc` by `monitor.analysis.collapse.find_onset` "
         "(running median lost ≥ 50 % of its gain; onset where a fifth of the fall is done), "
         "or a run stopped by non-finite values; never from the detectors. *first alert* = "
         "the first warning/critical alert the live monitor stored (remediation off). Values "

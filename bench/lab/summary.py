@@ -1,6 +1,6 @@
 """What one lab run showed: accuracy, collapse onset, trends, first alert, read from its store.
 
-Collapse onset is `monitor.analysis.analyze.find_onset` (defined there once: a running-median
+Collapse onset is `monitor.analysis.collapse.find_onset` (defined there once: a running-median
 outcome that lost at least half of its gain over zero, onset where a fifth of the fall
 is done), applied to the training accuracy `reward/acc` with the monitor's
 `reward_collapse` rule and to the held-out accuracy `eval/acc` with its `eval_collapse`
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from monitor.analysis.analyze import Onset, find_onset
+from monitor.analysis.collapse import Onset, find_onset
 from monitor.config import MonitorConfig
 from monitor.store.reader import RunReader
 from monitor.store.records import severity_rank

@@ -31,7 +31,7 @@ from bench import REPO, RESULTS
 from bench.detection import lab
 from bench.remediation.results import report_pairs, write_page
 from bench.remediation.verdicts import NOISE, TOLERANCE, noise_share
-from monitor.analysis.analyze import MIN_POINTS, find_onset
+from monitor.analysis.collapse import MIN_POINTS, find_onset
 from monitor.detectors.config import DetectorsConfig
 from monitor.store.reader import RunReader
 

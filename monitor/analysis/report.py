@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from monitor.analysis.analyze import Analysis, running_median, smoothing_width
+from monitor.analysis.analyze import Analysis
+from monitor.analysis.collapse import running_median, smoothing_width
 from monitor.analysis.event_text import event_text
 
 MAX_POINTS = 5000

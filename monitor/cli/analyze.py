@@ -4,7 +4,8 @@ Prints the collapse onset (if any), the precursors ranked by how early they move
 factor of the IS weight that broke first, the run's alerts and actions, and the events
 that changed it (induced incidents, rollbacks, actions held back); `--json` prints the
 same as JSON, `--html FILE` writes a self-contained report with charts.
-Definitions: monitor/analysis/analyze.py. Works on imported runs (`minirl import`) too.
+Definitions: monitor/analysis/collapse.py and precursors.py. Works on imported runs
+(`minirl import`) too.
 
 Given a folder of runs instead (what `minirl import` writes for a log of several runs),
 it prints one line per run: the onset, the first alert and its lead, the factor that

@@ -1,0 +1,155 @@
+"""Precursors of a collapse: the metrics that moved away from their level before it.
+
+A precursor is any metric (not the outcome's family, not BOOKKEEPING) whose robust z
+against its baseline reaches Z_MOVED for PERSIST points before the onset; lead = onset −
+moved. The baseline is the first half of the steps before the onset from where the run
+had learned (`collapse.learned_at`), on a log scale when the metric is positive: taken
+while the run learns, it would list the learning itself (longer answers, a larger
+gradient) as precursors of the fall. The factor first broken (`analyze`) is that of the
+earliest-moving precursor among the IS factors' metrics.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from monitor.analysis.collapse import learned_at
+from monitor.config import MonitorConfig
+from monitor.detectors.rules import ChangeRule, LevelRule
+
+Z_MOVED = 5.0
+PERSIST = 3
+MIN_BASELINE = 8
+IS_FACTORS = ("train_inference", "staleness", "routing")
+_PREFIX_FACTOR = {
+    "mismatch/": "train_inference",
+    "is/": "train_inference",  # w = ρ·r; its cap applies to ρ by default (loss.is_cap_target)
+    "staleness/": "staleness",
+    "routing/": "routing",
+    "approx/": "approximation",
+    "policy/": "optimisation",
+    "optim/": "optimisation",
+    "response/": "outcome",
+    "reward/": "outcome",
+    "eval/": "outcome",
+}
+BOOKKEEPING = re.compile(
+    r"(^|/)(perf|timing\w*|time|\w*_time|\w*_seconds?|\w*memory\w*|\w*mem_\w*|epoch|\w*global_step|"
+    r"num_tokens|wall_time)(/|$)"
+)
+"""Names no precursor has: timings, memory, counters that grow with every step (ours
+under perf/, verl's timing_s/ and actor/perf/, TRL's epoch and num_tokens...)."""
+
+
+@dataclass(frozen=True)
+class Precursor:
+    metric: str
+    factor: str | None
+    moved_step: int
+    lead: int
+    """Steps from the move to the onset (0 = moved at the onset)."""
+    direction: str
+    """'up' or 'down' (on the metric's own scale)."""
+    z: float
+    """|z| at the move (inf for a non-finite value)."""
+    baseline: float
+    value: float
+    log_scale: bool
+
+
+def moved_at(
+    steps: np.ndarray,
+    values: np.ndarray,
+    baseline_end: int,
+    z_moved: float = Z_MOVED,
+    since: float = -math.inf,
+) -> tuple[int, float, float, float, bool] | None:
+    """(step, z, baseline, value, log_scale) of the first persistent move after the
+    baseline (since <= steps < baseline_end), or None."""
+    base = values[(steps >= since) & (steps < baseline_end) & np.isfinite(values)]
+    if len(base) < MIN_BASELINE:
+        return None
+    log_scale = bool(np.all(base > 0))
+    tf = (lambda v: np.log(np.maximum(v, 1e-300))) if log_scale else (lambda v: v)
+    tb = tf(base)
+    med = float(np.median(tb))
+    mad = float(np.median(np.abs(tb - med)))
+    floor = 0.05 if log_scale else max(0.01 * abs(med), 1e-12)
+    scale = max(1.4826 * mad, floor)
+    after = steps >= baseline_end
+    s_after, v_after = steps[after], values[after]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        z = np.where(np.isfinite(v_after), (tf(v_after) - med) / scale, np.inf)
+    big = np.abs(z) >= z_moved
+    # the first index that starts PERSIST consecutive moves
+    runs = np.convolve(big.astype(int), np.ones(PERSIST, int), mode="valid")
+    hits = np.nonzero(runs == PERSIST)[0]
+    if len(hits) == 0:
+        return None
+    j = int(hits[0])
+    baseline = float(np.exp(med)) if log_scale else med
+    return int(s_after[j]), float(z[j]), baseline, float(v_after[j]), log_scale
+
+
+def factor_of(metric: str, config: MonitorConfig) -> str | None:
+    """The factor a detector rule assigns to `metric`, else the namespace's."""
+    for f in dataclasses.fields(config.detectors):
+        rule = getattr(config.detectors, f.name)
+        if isinstance(rule, ChangeRule | LevelRule) and rule.metric == metric:
+            return rule.factor
+    return next((fac for pre, fac in _PREFIX_FACTOR.items() if metric.startswith(pre)), None)
+
+
+def baseline_steps(
+    series: dict[str, tuple[np.ndarray, np.ndarray]], onset: int, outcome: str
+) -> tuple[np.ndarray, int | None]:
+    """(the steps a precursor baseline may use: before the onset, from where the run had
+    learned, since one from before would list the learning; that step, or None)."""
+    steps = np.unique(np.concatenate([s for s, _ in series.values()] or [np.array([])]))
+    learned = learned_at(*series[outcome], onset) if outcome in series else None
+    keep = (steps < onset) & (steps >= (-math.inf if learned is None else learned))
+    return steps[keep], learned
+
+
+def find_precursors(
+    series: dict[str, tuple[np.ndarray, np.ndarray]],
+    onset: int,
+    outcome: str,
+    config: MonitorConfig,
+) -> tuple[int, int, list[Precursor]] | None:
+    """(baseline_start, baseline_end, precursors) of a collapse at `onset` (module
+    docstring), earliest first; None with fewer than 2·MIN_BASELINE `baseline_steps`."""
+    pre, _ = baseline_steps(series, onset, outcome)
+    if len(pre) < 2 * MIN_BASELINE:
+        return None
+    baseline_start, baseline_end = int(pre[0]), int(pre[len(pre) // 2])
+    family = outcome.split("/")[0] + "/"
+    found = []
+    for name, (s, v) in series.items():
+        if name.startswith(family) or BOOKKEEPING.search(name):
+            continue
+        moved = moved_at(s, v, baseline_end, since=baseline_start)
+        if moved is None or moved[0] > onset:
+            continue
+        step, z, base, value, log_scale = moved
+        direction = "non-finite" if not math.isfinite(value) else "up" if z > 0 else "down"
+        found.append(
+            Precursor(
+                name,
+                factor_of(name, config),
+                step,
+                onset - step,
+                direction,
+                abs(z),
+                base,
+                value,
+                log_scale,
+            )
+        )
+    found.sort(key=lambda p: (-p.lead, -p.z, p.metric))
+    return baseline_start, baseline_end, found
