@@ -258,6 +258,24 @@ def test_an_anchored_baseline_catches_a_slow_drift_that_a_moving_one_absorbs():
     assert fired(run(stream(values), change_only(moving), only="mismatch_kl")) == []
 
 
+def test_an_early_level_learned_on_a_climb_does_not_take_the_climb_for_noise():
+    """An anchor of 20 points that climbs 100× (×1.274 a point, exactly), then a level 10×
+    its median: the climb's MAD (1.21, σ 1.80) would score it z = ln 10 / 1.80 = 1.28,
+    never 3; its step-to-step noise (ln 1.274 / 0.954 = 0.254) scores it 9.1."""
+    knobs = {"floor": 1e-6, "min_change": 4.0, "window": 20, "min_baseline": 20}
+    rule = ChangeRule(  # every point admitted, scored from the 21st
+        "x/m", "train_inference", "up", "fix", anchored=True, **{**AT_ONCE, **knobs}, admit_z=99
+    )
+    climb = [1e-3 * 100 ** (i / 19) for i in range(20)]
+    plateau = [0.1] * 5  # 10× the anchor's median, 1e-3·100^(9.5/19) = 0.01
+    ev = run(stream(climb + plateau), change_only(rule), only="mismatch_kl")
+    assert fired(ev) == [(20, "warning")]
+    assert "10× above its level over steps 0-19" in ev[0][1].message
+    assert "robust z 9.1" in ev[0][1].message
+    logs = [math.log(v) for v in climb]
+    assert robust_z(math.log(plateau[0]), logs, 0.1)[0] == pytest.approx(1.28, abs=0.01)
+
+
 def test_a_slow_mismatch_drift_is_flagged_hundreds_of_steps_before_it_explodes():
     """The shape public reports give of a mismatch collapse (open-instruct's |Δ log p|
     rising ~10× over 400 steps, then exploding): the drift rule warns once it has doubled;

@@ -8,6 +8,7 @@ store, the clock or other detectors. `Gate` is the open/cleared/cooldown bookkee
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Mapping
 from typing import Protocol
@@ -43,6 +44,13 @@ def robust_z(x: float, history: Iterable[float], sigma_floor: float) -> tuple[fl
     mad = median([abs(v - med) for v in values])
     scale = max(MAD_TO_SIGMA * mad, sigma_floor)
     return (x - med) / scale, med, scale
+
+
+def step_noise(values: list[float]) -> float:
+    """σ of a series from its step-to-step changes: median |x_i+1 − x_i| / 0.954 (for
+    i.i.d. noise of SD σ the changes have SD √2·σ, so their median |Δ| is 0.954σ). Unlike
+    the MAD about the median, a steady trend through the values adds little to it."""
+    return median([abs(b - a) for a, b in itertools.pairwise(values)]) / 0.954
 
 
 def reading(scalars: Mapping[str, float], metric: str) -> float | None:

@@ -15,7 +15,7 @@ import math
 from collections import deque
 from collections.abc import Mapping
 
-from monitor.detectors.base import Gate, fmt, median, reading, robust_z
+from monitor.detectors.base import Gate, fmt, median, reading, robust_z, step_noise
 from monitor.detectors.rules import ChangeRule
 from monitor.store.records import AlertDraft, Cleared
 
@@ -61,7 +61,12 @@ class ChangeDetector:
             return None
         sign = 1.0 if r.direction == "up" else -1.0
         recent = median(list(self._recent))
-        z, med, _ = robust_z(recent, base, r.sigma_floor)
+        if r.anchored:  # the early level's noise from its step-to-step changes: one learned
+            # while the metric was already climbing would take the climb for its noise
+            med = median(base)
+            z = (recent - med) / max(step_noise(base), r.sigma_floor)
+        else:
+            z, med, _ = robust_z(recent, base, r.sigma_floor)
         moved = sign * (recent - med)
         change = math.exp(moved) if r.scale == "log" else moved
         return sign * z, change, med, len(base)

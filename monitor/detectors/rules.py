@@ -125,7 +125,10 @@ class ChangeRule:
     anchored: bool = False
     """The baseline is the run's early level: the first `window` points admitted after
     warm-up, then frozen (`gap` 0). A moving baseline absorbs a slow drift (10× over 400
-    steps is 1.2× per 40-point window); this one measures it against where the run began."""
+    steps is 1.2× per 40-point window); this one measures it against where the run began.
+    Its spread is the points' step-to-step noise (`base.step_noise`), not their MAD: a
+    level learned while the metric already climbed (100× over its 20 points) has a MAD
+    that takes the climb for noise, and a 1000× drift would never score."""
     sharpening: bool = False
     """A move healthy runs make as the policy sharpens (entropy falling, lengths growing,
     the ESS slowly falling): shown as info while the outcome holds (`BreakdownRule.
