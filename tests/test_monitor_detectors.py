@@ -276,6 +276,31 @@ def test_an_early_level_learned_on_a_climb_does_not_take_the_climb_for_noise():
     assert robust_z(math.log(plateau[0]), logs, 0.1)[0] == pytest.approx(1.28, abs=0.01)
 
 
+PRIME = Path(__file__).resolve().parents[1] / "bench/data/real/c17_prime_dakota_q3_0p6b.jsonl"
+
+
+@pytest.mark.skipif(not PRIME.exists(), reason="corpus absent")
+def test_a_public_prime_rl_run_whose_mismatch_climbs_from_the_start_is_warned():
+    """prime-rl's training-inference KL climbs 0.001 -> 4 over its first 120 steps while
+    the reward holds: the drift rule warns (its early level learned during the climb),
+    and nothing pages a run whose outcome held."""
+    from monitor.importers import parse
+    from monitor.importers.names import rename
+
+    rows = parse(PRIME, "jsonl").rows
+    detectors = DetectorSet(CFG)
+    alerts = [
+        (step, x)
+        for step in sorted(rows)
+        for x in detectors.update(step, rename(rows[step], {}, {}))
+        if isinstance(x, AlertDraft) and x.severity != "info"
+    ]
+    assert [(s, x.detector, x.severity) for s, x in alerts] == [
+        (46, "mismatch_kl_drift", "warning")
+    ]
+    assert "16.1× above its level over steps 7-31" in alerts[0][1].message
+
+
 def test_a_slow_mismatch_drift_is_flagged_hundreds_of_steps_before_it_explodes():
     """The shape public reports give of a mismatch collapse (open-instruct's |Δ log p|
     rising ~10× over 400 steps, then exploding): the drift rule warns once it has doubled;

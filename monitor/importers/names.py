@@ -160,7 +160,13 @@ _PRIME_RL = {
     "mismatch_kl": "mismatch/kl_k3",
     "mismatch_kl/mean": "mismatch/kl_k3",
     "entropy/mean": "policy/entropy",
-    # "optim/grad_norm" and "optim/lr" are already our names.
+    # src/prime_rl/orchestrator/orchestrator.py, the orchestrator's own W&B run: per-problem
+    # means of the rollouts' completion lengths and truncation flags, then their mean over
+    # problems (equal group sizes: the batch means). Its completion_len/max is the largest
+    # per-problem mean, not the longest completion: not mapped.
+    "completion_len/mean": "response/len_mean",
+    "is_truncated/mean": "response/trunc_frac",
+    # "optim/grad_norm", "optim/lr" and "reward/mean" are already our names.
 }
 
 # open-instruct (allenai/open-instruct, the OLMo 3 RLVR trainer) ------------------------------
