@@ -100,6 +100,16 @@ TRIED = [
     "stable runs of 11 sources sit at a median share of 0.5 or more (tasks whose answer "
     "comes early in a long text). No signal ahead of the collapses, a level stable runs "
     "share: not added.",
+    "- An early level learned while the mismatch already climbed: on a public prime-rl run "
+    "(fold A, added after the defaults were frozen) the training-inference KL climbed from "
+    "0.001 to 4 over 120 steps and no rule fired. The drift rule's early level, 20 points, "
+    "spanned a 200× climb, and their MAD took the climb for noise (z 1.4 at 15× that level). "
+    "The drift rules now read their noise from the early level's step-to-step changes "
+    "(median |Δ| / 0.954): the run is warned at step 46; no catch or page changed on either "
+    "fold or in the lab (32 lab streams gain or lose one drift warning). The same noise for "
+    "every change rule, moving baselines too, was tried on the tuning sets: no collapse more "
+    "caught on fold A, warnings 0.20 -> 0.31 per 100 stable steps, one lab collapse fewer "
+    "caught with the settings hidden (6/10 -> 5/10): not kept.",
 ]
 TITLES = {"ours": "ours (defaults)", "rlwatch": "rlwatch 0.5.1 (defaults)"}
 
