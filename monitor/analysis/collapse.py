@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from monitor.detectors.base import step_noise
 from monitor.detectors.rules import DropRule
 
 OUTCOME_METRICS = ("reward/acc", "reward/mean", "eval/acc")
@@ -86,7 +87,7 @@ def fall_z(values: np.ndarray, i: int) -> float:
     highest of many noisy windows and its tail the lowest, so on a noisy outcome with no
     trend (a few prompts a step, a run that never trained) peak and final differ by half
     the "gain" by chance; a collapse is a fall this noise cannot explain. σ is the raw
-    outcome's step-to-step noise: median |Δx| = 0.954σ for i.i.d. normal noise (the median,
+    outcome's step-to-step noise (`step_noise`: median |Δx| = 0.954σ for i.i.d. noise; the median,
     so that the collapse's own jump does not count as noise; the mean where most changes
     are 0, as with a reward of a few 0/1 answers)."""
     after = values[i:]
@@ -94,7 +95,7 @@ def fall_z(values: np.ndarray, i: int) -> float:
     if len(before) == 0 or len(after) == 0:
         return 0.0
     changes = np.abs(np.diff(values))
-    sigma = float(np.median(changes)) / 0.954
+    sigma = step_noise(values.tolist())
     if sigma == 0:
         sigma = float(np.mean(changes)) * math.sqrt(math.pi) / 2
     fall = float(np.mean(before) - np.mean(after))
