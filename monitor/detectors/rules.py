@@ -125,10 +125,8 @@ class ChangeRule:
     anchored: bool = False
     """The baseline is the run's early level: the first `window` points admitted after
     warm-up, then frozen (`gap` 0). A moving baseline absorbs a slow drift (10× over 400
-    steps is 1.2× per 40-point window); this one measures it against where the run began.
-    Its spread is the points' step-to-step noise (`base.step_noise`), not their MAD: a
-    level learned while the metric already climbed (100× over its 20 points) has a MAD
-    that takes the climb for noise, and a 1000× drift would never score."""
+    steps is 1.2× per 40-point window); this one measures it against where the run began,
+    with the points' step-to-step noise as its spread (`drift_rule` says why)."""
     sharpening: bool = False
     """A move healthy runs make as the policy sharpens (entropy falling, lengths growing,
     the ESS slowly falling): shown as info while the outcome holds (`BreakdownRule.
@@ -279,7 +277,10 @@ def drift_rule(metric: str, floor: float, fold: float) -> ChangeRule:
     kernel, a stale weight sync, the policy moving where the rollout engine's numerics
     fail), the slow build-up public reports show before mismatch collapses. The fold is
     4× for a KL (quadratic in the log-ratio ℓ) and 2× for a mean |ℓ| or |Δp| (linear): the
-    same move of ℓ. Robust to spikes: the median of the last 10 points, held for 5."""
+    same move of ℓ. Robust to spikes: the median of the last 10 points, held for 5. The
+    early level's spread is its step-to-step noise (`base.step_noise`), not its MAD: a
+    level learned while the mismatch already climbed (100× over its 20 points) has a MAD
+    that takes the climb for noise, and a 1000× drift would never score."""
     return ChangeRule(
         metric,
         "train_inference",
