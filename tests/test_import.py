@@ -68,6 +68,7 @@ def test_peer_names_map_onto_ours_and_unknown_names_stay():
     assert canonical_name("train/entropy") == "policy/entropy"  # TRL through HF's prefix
     assert canonical_name("train/train_rollout_logprob_abs_diff") == "mismatch/logprob_abs_diff"
     assert canonical_name("mismatch_kl/mean") == "mismatch/kl_k3"  # prime-rl (k3 estimator)
+    assert canonical_name("mismatch_kl/all/mean") == "mismatch/kl_k3"  # prime-rl of 2026
     assert canonical_name("completion_len/mean") == "response/len_mean"  # its orchestrator's
     assert canonical_name("completion_len/max") == "completion_len/max"  # a max of means
     # open-instruct (OLMo 3's RLVR trainer)

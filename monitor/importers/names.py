@@ -160,6 +160,11 @@ _PRIME_RL = {
     "mismatch_kl": "mismatch/kl_k3",
     "mismatch_kl/mean": "mismatch/kl_k3",
     "entropy/mean": "policy/entropy",
+    # Releases of 2026 (src/prime_rl/trainer/rl/train.py): the same token statistics under
+    # the scope "all" (every environment; "<metric>/<env>/mean" per environment):
+    # mismatch_kl = expm1(ℓ) − ℓ, k3, in loss.py's _mismatch_kl_from_log_ratio.
+    "mismatch_kl/all/mean": "mismatch/kl_k3",
+    "entropy/all/mean": "policy/entropy",
     # src/prime_rl/orchestrator/orchestrator.py, the orchestrator's own W&B run: per-problem
     # means of the rollouts' completion lengths and truncation flags, then their mean over
     # problems (equal group sizes: the batch means). Its completion_len/max is the largest
