@@ -23,11 +23,14 @@ from monitor.analysis.collapse import (
     diverged_at,
     find_onset,
 )
-from monitor.analysis.precursors import IS_FACTORS, Precursor, baseline_steps, find_precursors
+from monitor.analysis.precursors import Precursor, baseline_steps, find_precursors
 from monitor.analysis.recovery import recovery_of
 from monitor.analysis.replay import DISAGREES, UNREADABLE, agrees, replay
 from monitor.config import MonitorConfig
 from monitor.store.reader import RunReader
+
+IS_FACTORS = ("train_inference", "staleness", "routing")
+"""The factors of the IS weight: the first precursor among their metrics is the one broken."""
 
 
 @dataclass

@@ -94,10 +94,9 @@ def fall_z(values: np.ndarray, i: int) -> float:
     before = values[max(0, i - len(after)) : i]
     if len(before) == 0 or len(after) == 0:
         return 0.0
-    changes = np.abs(np.diff(values))
     sigma = step_noise(values.tolist())
     if sigma == 0:
-        sigma = float(np.mean(changes)) * math.sqrt(math.pi) / 2
+        sigma = float(np.mean(np.abs(np.diff(values)))) * math.sqrt(math.pi) / 2
     fall = float(np.mean(before) - np.mean(after))
     if sigma == 0:
         return math.inf if fall > 0 else 0.0

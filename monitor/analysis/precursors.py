@@ -25,7 +25,6 @@ from monitor.detectors.rules import ChangeRule, LevelRule
 Z_MOVED = 5.0
 PERSIST = 3
 MIN_BASELINE = 8
-IS_FACTORS = ("train_inference", "staleness", "routing")
 _PREFIX_FACTOR = {
     "mismatch/": "train_inference",
     "is/": "train_inference",  # w = ρ·r; its cap applies to ρ by default (loss.is_cap_target)
