@@ -23,7 +23,7 @@ from monitor.analysis.collapse import (
     running_median,
     smoothing_width,
 )
-from monitor.analysis.precursors import moved_at
+from monitor.analysis.precursors import find_precursors, moved_at
 from monitor.config import MonitorConfig
 from monitor.monitor import Monitor
 
@@ -324,6 +324,54 @@ def test_no_precursors_when_the_run_learned_just_before_it_fell(tmp_path):
     (note,) = [n for n in a.notes if "too few for a baseline" in n]
     learned = int(note.split("had learned (step ")[1].split(")")[0])
     assert 85 <= learned <= 95 and note.startswith(f"only {a.onset.step - learned} steps")
+
+
+def test_a_gradient_norm_of_zero_teaches_no_precursor_baseline():
+    """Trainers log a gradient norm of 0 on steps with nothing to learn (every group's
+    advantages 0). Zeros on two steps of three made the baseline 0, and the norm's usual
+    0.5 a move of z ~ 10^11; they are left out as the live grad-norm rule leaves them."""
+    rng = np.random.default_rng(0)
+    steps = np.arange(200)
+    reward = np.where(steps < 150, 0.8, 0.05) + rng.normal(0, 0.02, 200)
+    usual = 0.5 * np.exp(rng.normal(0, 0.1, 200))
+    grad = np.where((steps % 3 == 0) | (steps >= 100), usual, 0.0)  # every step learns from 100
+    series = {"reward/mean": (steps, reward), "optim/grad_norm": (steps, grad)}
+    _, _, found = find_precursors(series, 150, "reward/mean", MonitorConfig())
+    assert found == []
+    # a climb of the norm among its non-zero values is still a precursor
+    climbed = np.where(steps >= 120, 20 * grad, grad)
+    series["optim/grad_norm"] = (steps, climbed)
+    _, _, (p,) = find_precursors(series, 150, "reward/mean", MonitorConfig())
+    assert p.metric == "optim/grad_norm" and p.moved_step == 120 and p.direction == "up"
+    assert p.baseline == pytest.approx(0.5, rel=0.15)
+
+
+def test_other_names_of_the_reward_are_the_outcome_not_its_precursors():
+    """verl's critic/rewards/mean, TRL's rewards/<function>/mean and reward_std fall with the
+    reward (a Wordle run's own reward function listed 20 steps "before" its fall, the fall
+    itself); the entropy moving first is still a precursor."""
+    rng = np.random.default_rng(1)
+    steps = np.arange(200)
+    reward = np.where(steps < 150, 0.8, 0.05) + rng.normal(0, 0.02, 200)
+    early = np.where(steps < 130, 0.8, 0.05) + rng.normal(0, 0.02, 200)  # a part falls first
+    entropy = np.exp(rng.normal(0, 0.05, 200) + np.where(steps >= 120, 1.5, 0.0))
+    series = {"reward/mean": (steps, reward), "policy/entropy": (steps, entropy)}
+    for name in ("critic/rewards/mean", "train/rewards/wordle_reward_func/mean", "reward_std"):
+        series[name] = (steps, early)
+    _, _, found = find_precursors(series, 150, "reward/mean", MonitorConfig())
+    assert [(p.metric, p.moved_step) for p in found] == [("policy/entropy", 120)]
+
+
+def test_a_public_run_with_zero_gradient_norms_has_no_gradient_precursor(tmp_path):
+    """TRL GRPO (Sunshine535/nips-grpo-dynamics, rho 1.0, seed 42), logged every 5 steps:
+    the gradient norm is 0 on 27 of its 40 points. Before, `analyze` listed it as a
+    precursor 10 steps ahead, "0.5559 vs baseline 0", |z| 5.6e11."""
+    log = Path(__file__).parents[1] / "bench/data/real/nipsgrpo_exp1a_rho100_seed42.jsonl"
+    out = run_cli("import", str(log), "--out", str(tmp_path / "run"))
+    assert out.returncode == 0, out.stderr
+    a = analyze_run(str(tmp_path / "run"))
+    assert a.onset is not None and a.onset.step == 130
+    assert a.precursors and "optim/grad_norm" not in [p.metric for p in a.precursors]
 
 
 def test_cli_json_and_html(collapsed_run, tmp_path):

@@ -1,12 +1,14 @@
 """Precursors of a collapse: the metrics that moved away from their level before it.
 
-A precursor is any metric (not the outcome's family, not BOOKKEEPING) whose robust z
-against its baseline reaches Z_MOVED for PERSIST points before the onset; lead = onset −
-moved. The baseline is the first half of the steps before the onset from where the run
-had learned (`collapse.learned_at`), on a log scale when the metric is positive: taken
-while the run learns, it would list the learning itself (longer answers, a larger
-gradient) as precursors of the fall. The factor first broken (`analyze`) is that of the
-earliest-moving precursor among the IS factors' metrics.
+A precursor is any metric (not the outcome's family or OUTCOME_LIKE, not BOOKKEEPING)
+whose robust z against its baseline reaches Z_MOVED for PERSIST points before the onset;
+lead = onset − moved. The baseline is the first half of the steps before the onset from
+where the run had learned (`collapse.learned_at`), on a log scale when the metric is
+positive: taken while the run learns, it would list the learning itself (longer answers,
+a larger gradient) as precursors of the fall. Values the metric's rule says carry no
+scale (a gradient norm of 0: `no_scale_floor`) are left out, as the live rule leaves them
+out. The factor first broken (`analyze`) is that of the earliest-moving precursor among
+the IS factors' metrics.
 """
 
 from __future__ import annotations
@@ -43,6 +45,10 @@ BOOKKEEPING = re.compile(
 )
 """Names no precursor has: timings, memory, counters that grow with every step (ours
 under perf/, verl's timing_s/ and actor/perf/, TRL's epoch and num_tokens...)."""
+OUTCOME_LIKE = re.compile(r"(^|/)(rewards?|scores?)(/|_|$)")
+"""Other names of the outcome or of its parts, not mapped onto ours (TRL's
+rewards/<function>/mean and reward_std, verl's critic/score/max and critic/rewards/mean):
+the reward falling is the collapse, not a precursor of it."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +110,18 @@ def factor_of(metric: str, config: MonitorConfig) -> str | None:
     return next((fac for pre, fac in _PREFIX_FACTOR.items() if metric.startswith(pre)), None)
 
 
+def no_scale_floor(metric: str, config: MonitorConfig) -> float | None:
+    """The floor at or below which `metric`'s rule says a value carries no scale
+    (`ChangeRule.skip_floor`: a gradient norm of 0 on a step with nothing to learn), else
+    None. The analysis drops those values as the live rule does: a baseline of zeros
+    would read any later value as a move of z ~ 10^11."""
+    for f in dataclasses.fields(config.detectors):
+        rule = getattr(config.detectors, f.name)
+        if isinstance(rule, ChangeRule) and rule.metric == metric and rule.skip_floor:
+            return rule.floor
+    return None
+
+
 def baseline_steps(
     series: dict[str, tuple[np.ndarray, np.ndarray]], onset: int, outcome: str
 ) -> tuple[np.ndarray, int | None]:
@@ -130,8 +148,11 @@ def find_precursors(
     family = outcome.split("/")[0] + "/"
     found = []
     for name, (s, v) in series.items():
-        if name.startswith(family) or BOOKKEEPING.search(name):
+        if name.startswith(family) or OUTCOME_LIKE.search(name) or BOOKKEEPING.search(name):
             continue
+        floor = no_scale_floor(name, config)
+        if floor is not None:
+            s, v = s[~(v <= floor)], v[~(v <= floor)]
         moved = moved_at(s, v, baseline_end, since=baseline_start)
         if moved is None or moved[0] > onset:
             continue
