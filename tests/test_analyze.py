@@ -150,6 +150,12 @@ def test_moved_at_finds_a_persistent_shift_on_log_scale():
     # signed metrics are tested raw; a fall is a move too
     signed = np.where(steps < 70, 0.0, -1.0) + 0.01 * np.sin(steps)
     assert moved_at(steps, signed, baseline_end=40)[:1] == (70,)
+    # a baseline mostly at one value (a clip share 0 on two steps of three): its spread is
+    # that of the other points, not 0, so their own level is no move; far beyond it is
+    sparse = np.where(steps % 3 == 0, 1e-3, 0.0)
+    assert moved_at(steps, np.where(steps >= 60, 1e-3, sparse), baseline_end=40) is None
+    step, z, baseline, *_ = moved_at(steps, np.where(steps >= 60, 0.05, sparse), baseline_end=40)
+    assert (step, baseline) == (60, 0.0) and 50 < z < 200
     # non-finite values are infinitely far from any baseline
     broken = 2.0 * wobble
     broken[[50, 51, 52]] = np.nan

@@ -83,9 +83,14 @@ def moved_at(
     tf = (lambda v: np.log(np.maximum(v, 1e-300))) if log_scale else (lambda v: v)
     tb = tf(base)
     med = float(np.median(tb))
-    mad = float(np.median(np.abs(tb - med)))
+    deviation = np.abs(tb - med)
+    mad = float(np.median(deviation))
+    # σ from the MAD, or, when most of the baseline sits at one value (a clip share of 0
+    # on most steps), from the mean deviation (σ·√(2/π) for normal noise): a MAD of 0
+    # would read the level the other points already had as a move of 10^10 σ
+    spread = 1.4826 * mad if mad > 0 else math.sqrt(math.pi / 2) * float(np.mean(deviation))
     floor = 0.05 if log_scale else max(0.01 * abs(med), 1e-12)
-    scale = max(1.4826 * mad, floor)
+    scale = max(spread, floor)
     after = steps >= baseline_end
     s_after, v_after = steps[after], values[after]
     with np.errstate(invalid="ignore", divide="ignore"):
