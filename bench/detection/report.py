@@ -29,7 +29,10 @@ TRIED = [
     "- A gradient norm of exactly 0 taught the grad-norm baseline: trainers log 0 on steps "
     "with nothing to learn (every group's advantages zero; two thirds of one source's "
     "steps), the baseline sat at the floor and every later gradient read as a 10^7× "
-    "explosion. Zeros are skipped now; one tuning-fold catch was this artefact and is gone.",
+    "explosion. Zeros are skipped now; one tuning-fold catch was this artefact and is gone. "
+    "The hindsight precursor test (*announced*) kept them for longer: a baseline of zeros "
+    "read the norm's usual 0.5 as |z| 10^11, and two of the four collapses counted as "
+    "announced (one per fold) were this; it drops them now as the live rule does.",
     "- The tuning fold's in-reach misses, read from their streams: the collapses are abrupt "
     "(answers run into the length cap within 2-5 steps, or entropy and the gradient norm "
     "jump one step before NaN); nothing but the slow length growth healthy runs share "
