@@ -338,6 +338,21 @@ def test_clipping_switched_off_is_a_staleness_precursor_a_benign_fall_is_not():
     assert fired(run(third, only="clip_frac")) == []
 
 
+def test_a_clip_share_moving_within_its_healthy_level_is_no_rise():
+    """A clipped update masks 0.1-0.5 % of tokens on healthy runs: a share going from 0.15 %
+    to 0.5 % (3.3x) read as a staleness precursor on public PPO and GRPO runs; from there
+    to 3 % it still is one."""
+    s = healthy(200, seed=6, on_policy=False)
+    rng = np.random.default_rng(6)
+    share = 1.5e-3 * np.exp(rng.normal(0, 0.2, 200))
+    for t, row in enumerate(s):
+        row["staleness/mask_frac"] = float(share[t] * (3.3 if t >= 120 else 1.0))
+    assert fired(run(s, only="clip_frac")) == []
+    for t, row in enumerate(s[120:], start=120):
+        row["staleness/mask_frac"] = float(share[t] * 20)
+    assert fired(run(s, only="clip_frac")) == [(123, "warning")]  # 3-median high from 121, held 3
+
+
 def test_more_mini_batches_per_rollout_is_a_staleness_setting_that_moved():
     """2 → 4 updates per rollout at step 120: `mini_batches_rise` fires at step 120
     itself (a setting is exact: no median, no persistence) with the baseline 2; a rise
