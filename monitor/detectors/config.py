@@ -88,9 +88,9 @@ class DetectorsConfig:
     """The same, k1 (verl's and slime's ppo_kl)."""
     clip_frac: ChangeRule = rise_rule("staleness/mask_frac", "staleness", R_STALE, 3e-3)
     """Share of tokens masked by the clip rule (verl's pg_clipfrac, TRL's clip_ratio).
-    Below 0.3 % it is the level a healthy clipped update has (0.2 % median, 0.4 % at the
-    90th percentile on the lab's healthy runs; 0.1-0.5 % on public PPO and GRPO runs), so
-    a share moving within it (0.1 % to 0.4 %) is no rise."""
+    The floor is the share a healthy clipped update masks anyway (a few tokens in a
+    thousand, on the lab's healthy runs and on public PPO and GRPO runs), so a share
+    moving within it is no rise (detection.md, "What we tried")."""
     clip_stop: ChangeRule = ChangeRule(
         "staleness/mask_frac", "staleness", "down", R_STALE, floor=1e-4, min_change=10.0
     )
