@@ -106,12 +106,17 @@ def moved_at(
     return int(s_after[j]), float(z[j]), baseline, float(v_after[j]), log_scale
 
 
+def _rules_of(metric: str, config: MonitorConfig) -> list[ChangeRule | LevelRule]:
+    """The per-metric detector rules that watch `metric`, in the config's order."""
+    rules = (getattr(config.detectors, f.name) for f in dataclasses.fields(config.detectors))
+    return [r for r in rules if isinstance(r, ChangeRule | LevelRule) and r.metric == metric]
+
+
 def factor_of(metric: str, config: MonitorConfig) -> str | None:
     """The factor a detector rule assigns to `metric`, else the namespace's."""
-    for f in dataclasses.fields(config.detectors):
-        rule = getattr(config.detectors, f.name)
-        if isinstance(rule, ChangeRule | LevelRule) and rule.metric == metric:
-            return rule.factor
+    rules = _rules_of(metric, config)
+    if rules:
+        return rules[0].factor
     return next((fac for pre, fac in _PREFIX_FACTOR.items() if metric.startswith(pre)), None)
 
 
@@ -120,9 +125,8 @@ def no_scale_floor(metric: str, config: MonitorConfig) -> float | None:
     (`ChangeRule.skip_floor`: a gradient norm of 0 on a step with nothing to learn), else
     None. The analysis drops those values as the live rule does: a baseline of zeros
     would read any later value as a move of z ~ 10^11."""
-    for f in dataclasses.fields(config.detectors):
-        rule = getattr(config.detectors, f.name)
-        if isinstance(rule, ChangeRule) and rule.metric == metric and rule.skip_floor:
+    for rule in _rules_of(metric, config):
+        if isinstance(rule, ChangeRule) and rule.skip_floor:
             return rule.floor
     return None
 
@@ -157,7 +161,8 @@ def find_precursors(
             continue
         floor = no_scale_floor(name, config)
         if floor is not None:
-            s, v = s[~(v <= floor)], v[~(v <= floor)]
+            keep = ~(v <= floor)  # a NaN is kept: non-finite is a move
+            s, v = s[keep], v[keep]
         moved = moved_at(s, v, baseline_end, since=baseline_start)
         if moved is None or moved[0] > onset:
             continue
