@@ -6,7 +6,7 @@ lead = onset − moved. The baseline is the first half of the steps before the o
 where the run had learned (`collapse.learned_at`), on a log scale when the metric is
 positive: taken while the run learns, it would list the learning itself (longer answers,
 a larger gradient) as precursors of the fall. Values the metric's rule says carry no
-scale (a gradient norm of 0: `no_scale_floor`) are left out, as the live rule leaves them
+scale (a gradient norm of 0: `no_scale_rule`) are left out, as the live rule leaves them
 out. The factor first broken (`analyze`) is that of the earliest-moving precursor among
 the IS factors' metrics.
 """
@@ -22,6 +22,7 @@ import numpy as np
 
 from monitor.analysis.collapse import learned_at
 from monitor.config import MonitorConfig
+from monitor.detectors.change import carries_no_scale
 from monitor.detectors.rules import ChangeRule, LevelRule
 
 Z_MOVED = 5.0
@@ -120,14 +121,14 @@ def factor_of(metric: str, config: MonitorConfig) -> str | None:
     return next((fac for pre, fac in _PREFIX_FACTOR.items() if metric.startswith(pre)), None)
 
 
-def no_scale_floor(metric: str, config: MonitorConfig) -> float | None:
-    """The floor at or below which `metric`'s rule says a value carries no scale
-    (`ChangeRule.skip_floor`: a gradient norm of 0 on a step with nothing to learn), else
-    None. The analysis drops those values as the live rule does: a baseline of zeros
+def no_scale_rule(metric: str, config: MonitorConfig) -> ChangeRule | None:
+    """`metric`'s rule whose low values carry no scale (`ChangeRule.skip_floor`: a
+    gradient norm of 0 on a step with nothing to learn), else None. The analysis drops
+    those values as the live rule does (`change.carries_no_scale`): a baseline of zeros
     would read any later value as a move of z ~ 10^11."""
     for rule in _rules_of(metric, config):
         if isinstance(rule, ChangeRule) and rule.skip_floor:
-            return rule.floor
+            return rule
     return None
 
 
@@ -159,9 +160,9 @@ def find_precursors(
     for name, (s, v) in series.items():
         if name.startswith(family) or OUTCOME_LIKE.search(name) or BOOKKEEPING.search(name):
             continue
-        floor = no_scale_floor(name, config)
-        if floor is not None:
-            keep = ~(v <= floor)  # a NaN is kept: non-finite is a move
+        rule = no_scale_rule(name, config)
+        if rule is not None:  # a NaN is kept: non-finite is a move
+            keep = np.array([not carries_no_scale(rule, x) for x in v], dtype=bool)
             s, v = s[keep], v[keep]
         moved = moved_at(s, v, baseline_end, since=baseline_start)
         if moved is None or moved[0] > onset:

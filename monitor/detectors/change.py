@@ -25,6 +25,12 @@ MIN_BASELINE_POINTS = 5
 """A baseline is never shorter than this many logged points, however sparse the log."""
 
 
+def carries_no_scale(rule: ChangeRule, x: float) -> bool:
+    """A value at or below the floor of a `skip_floor` rule: it neither teaches the
+    baseline nor scores (live here; left out of `minirl analyze`'s precursor test too)."""
+    return rule.skip_floor and x <= rule.floor
+
+
 class ChangeDetector:
     """One `ChangeRule` on one metric."""
 
@@ -74,7 +80,7 @@ class ChangeDetector:
     def update(self, step: int, scalars: Mapping[str, float]) -> list[AlertDraft | Cleared]:
         r = self.rule
         x = reading(scalars, r.metric)
-        if x is None or (r.skip_floor and x <= r.floor and not self._gate.open):
+        if x is None or (carries_no_scale(r, x) and not self._gate.open):
             return []
         self._n += 1
         if self._prev_step is not None:
